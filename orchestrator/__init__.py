@@ -1,0 +1,1 @@
+"""The ticket graph: Celery app, nodes as tasks, the canvas, run state, trace and the CLI."""

@@ -1,0 +1,50 @@
+"""Tokens, money and state on disk."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from workers import tokens
+from workers.errors import TokenizerError
+from workers.pricing import Price, PriceTable, cost
+from workers.state import Message, RunState, ToolCall, new_run, pending
+from workers.usage import Usage
+
+
+def test_o200k_base_gives_tiktokens_ids() -> None:
+    # Ids of o200k_base as published by tiktoken (gpt-4o's encoding).
+    assert tokens.encoding().encode("hello world") == [24912, 2375]
+    assert tokens.encoding().name == "o200k_base"
+    assert tokens.count("worker 7 timed out after 30000 ms") == len(
+        tokens.encoding().encode("worker 7 timed out after 30000 ms")
+    )
+
+
+def test_a_wrong_checksum_is_an_error_not_a_fallback() -> None:
+    with pytest.raises(TokenizerError, match="fail verification"):
+        tokens._read_ranks(expected_sha256="0" * 64)
+
+
+def test_cost_is_the_price_formula() -> None:
+    usage = Usage(prompt_tokens=815, completion_tokens=70)
+    assert cost(usage, Price()) == pytest.approx(815 * 2e-6 + 70 * 12e-6, abs=1e-12)
+    table = PriceTable(models={"big": Price(input_per_million=10, output_per_million=30)})
+    assert cost(usage, table.for_model("big")) == pytest.approx(815 * 1e-5 + 70 * 3e-5)
+    assert table.for_model("other") == Price()
+
+
+def test_state_round_trips_atomically(tmp_path: Path) -> None:
+    state = new_run("system", "task")
+    state.messages.append(
+        Message(
+            role="assistant",
+            tool_calls=[ToolCall.model_validate({"id": "c1", "function": {"name": "list_files"}})],
+        )
+    )
+    path = tmp_path / "s.json"
+    state.save(path)
+    assert RunState.load(path) == state
+    assert [p.name for p in tmp_path.iterdir()] == ["s.json"]
+    assert [c.id for c in pending(RunState.load(path))] == ["c1"]

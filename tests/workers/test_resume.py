@@ -1,0 +1,137 @@
+"""Crash and resume across real processes, cancel through a sub-agent, malformed calls."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.workers.conftest import RunScenario
+from workers import trace
+from workers.provider import running_provider
+from workers.state import RunState, RunStatus
+
+PLAN_WITH_HANG = """
+- name: plan
+  when: {model: "^plan$"}
+  faults: [{turn: 2, hang_ms: 3000, times: 1}]
+  replies:
+    - tool_calls: [{id: c1, name: list_files, arguments: {}}]
+    - tool_calls: [{id: c2, name: read_file, arguments: {path: errors.log}}]
+    - text: "errors.log mentions a timeout: worker 7 timed out after 30000 ms."
+"""
+
+SLOW_CHILD = """
+- name: research_runaway-child
+  when: {model: "^research_runaway$", system: research assistant}
+  latency_ms: 50
+  after_last: repeat_last
+  replies:
+    - tool_calls: [{id: "c{turn}", name: list_files, arguments: {}}]
+- name: research_runaway
+  when: {model: "^research_runaway$"}
+  replies:
+    - tool_calls: [{id: r1, name: research, arguments: {question: "Which file?"}}]
+    - text: "The research did not finish."
+"""
+
+BAD_CALLS = """
+- name: badcalls
+  when: {model: "^badcalls$"}
+  replies:
+    - tool_calls: [{id: b1, name: format_disk, arguments: {}}]
+    - tool_calls: [{id: b2, name: read_file, arguments: "{not json"}]
+    - tool_calls: [{id: b3, name: read_file, arguments: {file: errors.log}}]
+    - text: "I could not use the tools."
+"""
+
+
+def _harness_cli(url: str, tmp_path: Path, *args: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "LLM_BASE_URL": url}
+    common = ["--trace", str(tmp_path / "trace.jsonl"), "--workspace", str(tmp_path / "ws")]
+    return subprocess.Popen(
+        [sys.executable, "-m", "orchestrator.cli", "harness", "plan", *common, *args, "--json"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _wait_for(predicate, timeout: float = 20.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out waiting"
+        time.sleep(0.02)
+
+
+def _tool_results(path: Path) -> int:
+    if not path.exists():
+        return 0
+    return sum(e["event"] == "tool_result" for e in trace.read(path))
+
+
+def test_killed_process_resumes_without_paying_twice(
+    run_scenario: RunScenario, tmp_path: Path
+) -> None:
+    baseline, _ = run_scenario("plan", trace=tmp_path / "baseline.jsonl")
+    scenario = tmp_path / "plan.yaml"
+    scenario.write_text(PLAN_WITH_HANG)
+    state_file = tmp_path / "state.json"
+    with running_provider(scenario) as url:
+        first = _harness_cli(url, tmp_path, "--state", str(state_file))
+        try:
+            # After turn 2's tool ran, the third model call hangs: kill the process there.
+            _wait_for(lambda: _tool_results(tmp_path / "trace.jsonl") == 2)
+            time.sleep(0.1)
+        finally:
+            os.kill(first.pid, signal.SIGKILL)
+            first.wait(10)
+        assert first.returncode == -signal.SIGKILL
+        saved = RunState.load(state_file)
+        assert (saved.status, saved.turns, saved.tool_runs) == (RunStatus.RUNNING, 2, 2)
+
+        second = _harness_cli(url, tmp_path, "--resume", str(state_file))
+        out, err = second.communicate(timeout=30)
+    assert second.returncode == 0, err
+    result = json.loads(out)
+    events = trace.read(tmp_path / "trace.jsonl")
+    assert [e["tool"] for e in events if e["event"] == "tool_start"] == ["list_files", "read_file"]
+    assert result["status"] == "completed" and result["turns"] == 3
+    assert (result["prompt_tokens"], result["completion_tokens"]) == (
+        baseline.usage.prompt_tokens,
+        baseline.usage.completion_tokens,
+    )
+    assert result["cost_usd"] == round(baseline.cost_usd, 8)
+
+
+def test_cancel_stops_parent_and_child(run_scenario: RunScenario, tmp_path: Path) -> None:
+    scenario = tmp_path / "child.yaml"
+    scenario.write_text(SLOW_CHILD)
+    with running_provider(scenario) as url:
+        state, _ = run_scenario("research_runaway", url=url, cancel_after=0.15, max_turns=None)
+    assert state.status is RunStatus.INTERRUPTED
+    assert state.interruption is not None and state.interruption.type == "cancelled"
+    stops = [e for e in trace.read(tmp_path / "trace.jsonl") if e["event"] == "run_stopped"]
+    assert [(bool(e.get("sub_agent")), e["status"]) for e in stops] == [
+        (True, "interrupted"),
+        (False, "interrupted"),
+    ]
+
+
+def test_malformed_calls_go_back_to_the_model_as_errors(
+    run_scenario: RunScenario, tmp_path: Path
+) -> None:
+    scenario = tmp_path / "bad.yaml"
+    scenario.write_text(BAD_CALLS)
+    with running_provider(scenario) as url:
+        state, _ = run_scenario("badcalls", url=url)
+    assert state.status is RunStatus.COMPLETED and state.tool_runs == 0
+    results = [m.content or "" for m in state.messages if m.role == "tool"]
+    assert "unknown tool 'format_disk'" in results[0]
+    assert "not valid JSON" in results[1]
+    assert "do not fit its schema" in results[2] and "path" in results[2]

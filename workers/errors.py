@@ -1,0 +1,48 @@
+"""Every error the harness raises, translated at one boundary each.
+
+HarnessError
+├── TokenizerError        the o200k_base ranks are missing or fail their checksum
+├── ProviderError         the model endpoint failed us (HTTP status, timeout, bad body)
+├── ScenarioError         a scripted-provider scenario file is invalid
+├── Cancelled             the run's cancel token fired (raised inside tools)
+└── ToolError             a tool failed; the message goes back to the model as data
+    └── PermanentToolError  no message can fix it; the run stops `failed`
+"""
+
+from __future__ import annotations
+
+
+class HarnessError(Exception):
+    """Base of every error this package raises on purpose."""
+
+
+class TokenizerError(HarnessError):
+    """The tokenizer data could not be loaded or failed verification."""
+
+
+class ProviderError(HarnessError):
+    """The model provider returned an error or could not be reached."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class ScenarioError(HarnessError):
+    """A scenario file for the scripted provider is malformed."""
+
+
+class Cancelled(HarnessError):
+    """The run was cancelled; raised from waits inside tools."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class ToolError(HarnessError):
+    """A tool failed in a way the model may be able to correct."""
+
+
+class PermanentToolError(ToolError):
+    """A tool failed in a way no message to the model can fix (e.g. permission denied)."""

@@ -1,0 +1,273 @@
+"""The agent loop: one function over a `RunState`, five exits, each set where it happens.
+
+Every iteration first answers tool calls still pending in the transcript and only asks the
+model when nothing is pending, so a fresh run, a resumed run and an approved run take the
+same path. State is saved after every step; a killed run resumes without paying twice.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from workers.cancel import CancelToken
+from workers.client import ModelClient, ModelReply
+from workers.errors import Cancelled, PermanentToolError, ProviderError, ToolError
+from workers.pricing import Price, cost
+from workers.state import Interruption, Message, RunState, RunStatus, ToolCall, pending
+from workers.tools import Catalog, Tool, ToolContext
+from workers.trace import Tracer
+
+Status = RunStatus
+
+
+class ToolErrors(StrEnum):
+    """What the model is told when a tool fails."""
+
+    TEXT = "text"  # "Error: <message>" — the model can act on it
+    BARE = "bare"  # "Error" — caught, but the model learns nothing
+    FATAL = "fatal"  # the run stops `failed`
+
+
+@dataclass
+class Limits:
+    """Caps checked before every model call; None means no cap."""
+
+    max_turns: int | None = 20
+    budget_usd: float | None = None
+
+
+@dataclass
+class Harness:
+    """Everything one run needs besides its state."""
+
+    client: ModelClient
+    catalog: Catalog
+    price: Price = field(default_factory=Price)
+    limits: Limits = field(default_factory=Limits)
+    tool_errors: ToolErrors = ToolErrors.TEXT
+    permanent_errors_stop: bool = True
+    dedupe: bool = False
+    tracer: Tracer = field(default_factory=lambda: Tracer(None, ""))
+    cancel: CancelToken = field(default_factory=CancelToken)
+    state_path: Path | None = None
+
+
+def run(state: RunState, h: Harness) -> RunState:
+    """Drive `state` to one of the five exits; calling it again on a stopped run resumes it."""
+    if state.status in (Status.COMPLETED, Status.FAILED):
+        return state
+    state.status, state.interruption = Status.RUNNING, None
+    while True:
+        if h.cancel.cancelled:
+            return _cancelled(state, h)
+        if calls := pending(state):
+            if (stopped := _drain(state, h, calls)) is not None:
+                return stopped
+            continue
+        if (answer := _final_answer(state)) is not None:
+            state.output = answer
+            return _stop(state, h, Status.COMPLETED)
+        if h.limits.max_turns is not None and state.turns >= h.limits.max_turns:
+            return _stop(state, h, Status.MAX_TURNS_EXCEEDED, Interruption(type="max_turns"))
+        if h.limits.budget_usd is not None and state.cost_usd >= h.limits.budget_usd:
+            return _stop(state, h, Status.BUDGET_EXCEEDED, Interruption(type="max_budget"))
+        try:
+            reply = h.client.complete(state.model, state.messages, h.catalog.schemas())
+        except ProviderError as exc:
+            return _stop(state, h, Status.FAILED, error=str(exc))
+        _record_reply(state, h, reply)
+
+
+def _final_answer(state: RunState) -> str | None:
+    last = state.messages[-1] if state.messages else None
+    if last is not None and last.role == "assistant" and not last.tool_calls:
+        return last.content or ""
+    return None
+
+
+def _record_reply(state: RunState, h: Harness, reply: ModelReply) -> None:
+    # Money first: the turn is paid the moment the reply exists.
+    state.cost_usd += cost(reply.usage, h.price)
+    state.usage.add(reply.usage)
+    state.turns += 1
+    state.per_turn_prompt_tokens.append(reply.usage.prompt_tokens)
+    state.messages.append(reply.message)
+    _save(state, h)
+    h.tracer.emit(
+        "turn",
+        turn=state.turns,
+        prompt_tokens=reply.usage.prompt_tokens,
+        completion_tokens=reply.usage.completion_tokens,
+        total_tokens=reply.usage.total_tokens,
+        cost_usd=round(state.cost_usd, 8),
+        finish=reply.finish_reason,
+    )
+
+
+def _drain(state: RunState, h: Harness, calls: list[ToolCall]) -> RunState | None:
+    """Answer pending calls in order; return the state if one of them stops the run."""
+    for call in calls:
+        if h.cancel.cancelled:
+            return _cancelled(state, h)
+        try:
+            result = _answer(state, h, call)
+        except _Stop as stop:
+            return stop.state
+        state.messages.append(
+            Message(role="tool", tool_call_id=call.id, name=call.function.name, content=result)
+        )
+        _save(state, h)
+    return None
+
+
+class _Stop(Exception):
+    """Unwinds `_answer` when a call ends the run (approval, cancel, fatal error)."""
+
+    def __init__(self, state: RunState) -> None:
+        self.state = state
+
+
+def _answer(state: RunState, h: Harness, call: ToolCall) -> str:
+    """The text that goes into the transcript for `call`, whatever the code decided."""
+    name, arguments = call.function.name, call.function.arguments
+    if call.id in state.rejected:
+        reason = state.rejected[call.id]
+        h.tracer.emit(
+            "tool_result", tool=name, call_id=call.id, ms=0, ok=False, decision="rejected"
+        )
+        because = f" Their reason: {reason}" if reason else ""
+        return f"A human reviewer declined this call to {name}; it was not run.{because}"
+    try:
+        tool = h.catalog.get(name)
+        args = tool.parse(arguments)
+    except ToolError as exc:
+        return _tool_failed(state, h, call, exc)
+    if tool.needs_approval and call.id not in state.approved:
+        h.tracer.emit("approval_required", tool=name, args=arguments, call_id=call.id)
+        interruption = Interruption(
+            type="approval", call_id=call.id, tool=name, args=args.model_dump()
+        )
+        raise _Stop(_stop(state, h, Status.INTERRUPTED, interruption))
+    if h.dedupe and tool.read_only and (earlier := _earlier_result(state, call)) is not None:
+        h.tracer.emit("tool_result", tool=name, call_id=call.id, ms=0, ok=True, deduped=True)
+        return earlier
+    if call.id in state.started_calls and not tool.read_only:
+        # A write that started before a crash may have happened; running it again might do it twice.
+        return (
+            f"Error: an earlier attempt of this {name} call was interrupted before its result "
+            "was recorded; it may have taken effect. Check before calling it again."
+        )
+    return _execute(state, h, call, tool, args)
+
+
+def _execute(state: RunState, h: Harness, call: ToolCall, tool: Tool, args: BaseModel) -> str:
+    if not tool.read_only:
+        state.started_calls.append(call.id)
+        _save(state, h)
+    h.tracer.emit("tool_start", tool=tool.name, args=call.function.arguments, call_id=call.id)
+    started = time.perf_counter()
+    ctx = ToolContext(
+        cancel=h.cancel,
+        progress=_progress(h, tool.name, call.id),
+        budget_left=_budget_left(state, h),
+        charge=lambda usd: _charge(state, usd),
+        tracer=h.tracer,
+        model=state.model,
+    )
+    try:
+        result = tool.run(args, ctx)
+    except Cancelled:
+        raise _Stop(_cancelled(state, h)) from None
+    except Exception as exc:
+        state.tool_runs += 1
+        _emit_result(h, call, tool.name, started, ok=False, error=str(exc))
+        return _tool_failed(state, h, call, exc)
+    state.tool_runs += 1
+    _emit_result(h, call, tool.name, started, ok=True)
+    return result
+
+
+def _emit_result(h: Harness, call: ToolCall, name: str, started: float, **data: object) -> None:
+    ms = round((time.perf_counter() - started) * 1000, 2)
+    h.tracer.emit("tool_result", tool=name, call_id=call.id, ms=ms, **data)
+
+
+def _progress(h: Harness, tool: str, call_id: str) -> Callable[[str], None]:
+    return lambda label: h.tracer.emit("tool_progress", tool=tool, call_id=call_id, label=label)
+
+
+def _budget_left(state: RunState, h: Harness) -> float | None:
+    if h.limits.budget_usd is None:
+        return None
+    return max(h.limits.budget_usd - state.cost_usd, 0.0)
+
+
+def _charge(state: RunState, usd: float) -> None:
+    # Money a tool spent on our behalf (a sub-agent's turns) is this run's money too.
+    state.cost_usd += usd
+
+
+def _tool_failed(state: RunState, h: Harness, call: ToolCall, exc: Exception) -> str:
+    """Turn a tool failure into transcript text, or stop the run if policy says so."""
+    permanent = isinstance(exc, PermanentToolError) and h.permanent_errors_stop
+    if permanent or h.tool_errors is ToolErrors.FATAL:
+        kind = "permanent tool error" if permanent else "tool error"
+        state.messages.append(
+            Message(
+                role="tool", tool_call_id=call.id, name=call.function.name, content=f"Error: {exc}"
+            )
+        )
+        raise _Stop(_stop(state, h, Status.FAILED, error=f"{kind} in {call.function.name}: {exc}"))
+    return "Error" if h.tool_errors is ToolErrors.BARE else f"Error: {exc}"
+
+
+def _earlier_result(state: RunState, call: ToolCall) -> str | None:
+    """The result of an earlier call with the same tool and arguments, if the transcript has one."""
+    key = (call.function.name, call.function.arguments)
+    same = {
+        c.id
+        for m in state.messages
+        if m.role == "assistant" and m.tool_calls
+        for c in m.tool_calls
+        if c.id != call.id and (c.function.name, c.function.arguments) == key
+    }
+    answers = (m.content for m in state.messages if m.role == "tool" and m.tool_call_id in same)
+    return next(answers, None)
+
+
+def _cancelled(state: RunState, h: Harness) -> RunState:
+    reason = h.cancel.reason or "cancelled"
+    return _stop(state, h, Status.INTERRUPTED, Interruption(type="cancelled", reason=reason))
+
+
+def _stop(
+    state: RunState,
+    h: Harness,
+    status: RunStatus,
+    interruption: Interruption | None = None,
+    error: str | None = None,
+) -> RunState:
+    """Set the exit as data, persist it, and trace why the run stopped."""
+    state.status, state.interruption, state.error = status, interruption, error
+    _save(state, h)
+    reason = interruption.type if interruption else (error or status.value)
+    h.tracer.emit(
+        "run_stopped",
+        status=status.value,
+        reason=reason,
+        detail=interruption.reason if interruption else None,
+        turns=state.turns,
+        cost_usd=round(state.cost_usd, 8),
+    )
+    return state
+
+
+def _save(state: RunState, h: Harness) -> None:
+    if h.state_path is not None:
+        state.save(h.state_path)

@@ -1,0 +1,235 @@
+"""The scripted provider's HTTP app: OpenAI chat completions answered from a scenario.
+
+    POST /v1/chat/completions   a scripted reply (or a scripted fault)
+    GET  /stats                 requests, in-flight, tokens and per-script counts
+    POST /stats/reset           zero the stats
+    GET  /healthz               {"ok": true}
+
+Every chat-completions response carries `X-Service-Ms`: the server's own handling time,
+scripted latency included, so a client can tell its overhead from the "model's".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from workers.provider.scenario import (
+    ChatRequest,
+    ConversationView,
+    Fault,
+    RenderedReply,
+    Scenario,
+    Script,
+    render_reply,
+)
+
+# A body that starts like a completion and stops mid-way, as a truncated proxy reply would.
+MALFORMED_BODY = b'{"id": "chatcmpl-malformed", "object": "chat.completion", "choices": [{'
+
+
+@dataclass
+class Stats:
+    """Counters of what the provider served; the app runs on one event loop, so no locks.
+
+    `requests` counts every chat-completions request, however it was answered (faults and
+    400s included); `scripts` counts the requests each script matched; tokens add up the
+    usage of the replies actually sent.
+    """
+
+    requests: int = 0
+    in_flight: int = 0
+    max_in_flight: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    scripts: Counter[str] = field(default_factory=Counter)
+
+    def begin(self) -> None:
+        """A chat-completions request has arrived."""
+        self.requests += 1
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+
+    def end(self) -> None:
+        """A chat-completions request has been answered (in any way)."""
+        self.in_flight -= 1
+
+    def record(self, script: Script, reply: RenderedReply | None) -> None:
+        """Count a request `script` matched, and the tokens of its reply if it gave one."""
+        self.scripts[script.name] += 1
+        if reply is not None:
+            self.prompt_tokens += reply.prompt_tokens
+            self.completion_tokens += reply.completion_tokens
+
+    def reset(self) -> None:
+        """Zero the counters; requests still running stay counted in flight."""
+        self.requests = self.prompt_tokens = self.completion_tokens = 0
+        self.max_in_flight = self.in_flight
+        self.scripts.clear()
+
+    def snapshot(self) -> dict[str, Any]:
+        """The counters as JSON-ready data."""
+        return {
+            "requests": self.requests,
+            "in_flight": self.in_flight,
+            "max_in_flight": self.max_in_flight,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "scripts": dict(self.scripts),
+        }
+
+
+class FaultCounters:
+    """How often each limited fault has fired: the only state kept across requests."""
+
+    def __init__(self) -> None:
+        self._fired: Counter[tuple[str, int]] = Counter()
+
+    def take(self, script: Script, turn: int) -> Fault | None:
+        """The first fault that applies to this request, counted as fired; None if none does."""
+        for index, fault in enumerate(script.faults):
+            key = (script.name, index)
+            if fault.applies_to(turn) and (fault.times is None or self._fired[key] < fault.times):
+                self._fired[key] += 1
+                return fault
+        return None
+
+
+@dataclass
+class ProviderState:
+    """What one app serves from and keeps: its scenario, stats and fault counters."""
+
+    scenario: Scenario
+    stats: Stats = field(default_factory=Stats)
+    faults: FaultCounters = field(default_factory=FaultCounters)
+
+
+def error_response(status: int, message: str, headers: dict[str, str] | None = None) -> Response:
+    """An OpenAI-style error body: {"error": {"message", "type"}}."""
+    body = {"error": {"message": message, "type": _error_type(status)}}
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def _error_type(status: int) -> str:
+    """OpenAI's error `type` for an HTTP status."""
+    if status == 429:
+        return "rate_limit_error"
+    return "server_error" if status >= 500 else "invalid_request_error"
+
+
+def completion_body(request: ChatRequest, reply: RenderedReply) -> dict[str, Any]:
+    """The chat.completion envelope around one rendered reply."""
+    return {
+        "id": f"chatcmpl-{uuid.uuid4().hex[:24]}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": request.model,
+        "choices": [{"index": 0, "message": reply.message, "finish_reason": reply.finish_reason}],
+        "usage": {
+            "prompt_tokens": reply.prompt_tokens,
+            "completion_tokens": reply.completion_tokens,
+            "total_tokens": reply.prompt_tokens + reply.completion_tokens,
+        },
+    }
+
+
+async def _parse(http: Request) -> ChatRequest | Response:
+    """The request body as a ChatRequest, or the 400 response explaining why it is not one."""
+    try:
+        return ChatRequest.model_validate(json.loads(await http.body()))
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        problem = f"{'.'.join(str(part) for part in first['loc'])}: {first['msg']}"
+    except ValueError as exc:  # not JSON at all (or not UTF-8)
+        problem = str(exc)
+    return error_response(400, f"not a chat-completions request: {problem}")
+
+
+async def _answer(request: ChatRequest, state: ProviderState) -> Response:
+    """Match a script, play its fault or latency, and render the reply for this turn."""
+    script = state.scenario.match(ConversationView.of(request))
+    if script is None:
+        return error_response(400, f"no script matched the request (model {request.model!r})")
+    turn = request.turn
+    fault = state.faults.take(script, turn)
+    if fault is not None:
+        await asyncio.sleep(fault.hang_ms / 1000)
+        if fault.status is not None or fault.malformed:
+            state.stats.record(script, None)
+            return _fault_response(fault, script, turn)
+    await asyncio.sleep(script.latency_ms / 1000)
+    reply = script.reply_for(turn)
+    if reply is None:
+        state.stats.record(script, None)
+        replies = len(script.replies)
+        message = f"script {script.name!r} has no reply for turn {turn} (it has {replies})"
+        return error_response(500, message)
+    rendered = render_reply(reply, request)
+    state.stats.record(script, rendered)
+    return JSONResponse(completion_body(request, rendered))
+
+
+def _fault_response(fault: Fault, script: Script, turn: int) -> Response:
+    """The response a status or malformed fault scripts."""
+    if fault.malformed:
+        return Response(MALFORMED_BODY, media_type="application/json")
+    assert fault.status is not None
+    headers = {"Retry-After": f"{fault.retry_after:g}"} if fault.retry_after is not None else None
+    message = f"scripted fault: status {fault.status} (script {script.name!r}, turn {turn})"
+    return error_response(fault.status, message, headers)
+
+
+async def chat_completions(http: Request) -> Response:
+    """POST /v1/chat/completions."""
+    started = time.perf_counter()
+    state: ProviderState = http.app.state.provider
+    state.stats.begin()
+    try:
+        parsed = await _parse(http)
+        response = await _answer(parsed, state) if isinstance(parsed, ChatRequest) else parsed
+    finally:
+        state.stats.end()
+    response.headers["X-Service-Ms"] = f"{(time.perf_counter() - started) * 1000:.3f}"
+    return response
+
+
+async def get_stats(http: Request) -> Response:
+    """GET /stats."""
+    return JSONResponse(http.app.state.provider.stats.snapshot())
+
+
+async def reset_stats(http: Request) -> Response:
+    """POST /stats/reset."""
+    stats: Stats = http.app.state.provider.stats
+    stats.reset()
+    return JSONResponse(stats.snapshot())
+
+
+async def healthz(_http: Request) -> Response:
+    """GET /healthz."""
+    return JSONResponse({"ok": True})
+
+
+def create_app(scenario: Scenario) -> Starlette:
+    """A Starlette app that answers chat completions from `scenario`."""
+    app = Starlette(
+        routes=[
+            Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+            Route("/stats", get_stats, methods=["GET"]),
+            Route("/stats/reset", reset_stats, methods=["POST"]),
+            Route("/healthz", healthz, methods=["GET"]),
+        ]
+    )
+    app.state.provider = ProviderState(scenario)
+    return app

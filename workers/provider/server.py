@@ -1,0 +1,146 @@
+"""Run the scripted provider with uvicorn: in the foreground (CLI) or in a background thread.
+
+From the command line (`--help` explains the scenario format):
+
+    python -m workers.provider.server --scenarios harness --port 8400
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+import uvicorn
+
+from workers import tokens
+from workers.errors import ScenarioError
+from workers.provider.app import create_app
+from workers.provider.scenario import Scenario, builtin_names, load_scenario
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8400
+STARTUP_TIMEOUT_S = 10.0
+GRACEFUL_SHUTDOWN_S = 1.0
+SHUTDOWN_TIMEOUT_S = 10.0
+
+ScenarioSource = str | Path | Scenario
+
+
+def _scenario(source: ScenarioSource) -> Scenario:
+    """A loaded scenario, loading it when given a path or built-in name."""
+    return source if isinstance(source, Scenario) else load_scenario(source)
+
+
+def _server(scenario: Scenario, host: str, port: int, log_level: str) -> uvicorn.Server:
+    """A uvicorn server for `scenario`, shared by the foreground and background runs."""
+    # Build the tokenizer now, so the first request's X-Service-Ms is not its load time.
+    tokens.encoding()
+    # No lifespan: the app has no startup work, and uvicorn's probe would only log noise.
+    # A bounded graceful shutdown, so a request stuck in a scripted hang cannot hold it up.
+    config = uvicorn.Config(
+        create_app(scenario),
+        host=host,
+        port=port,
+        log_level=log_level,
+        lifespan="off",
+        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
+    )
+    return uvicorn.Server(config)
+
+
+def serve(
+    scenarios: ScenarioSource = "harness", host: str = DEFAULT_HOST, port: int = DEFAULT_PORT
+) -> None:
+    """Serve the provider until interrupted (blocks; Ctrl-C or SIGTERM stops it)."""
+    _server(_scenario(scenarios), host, port, "info").run()
+
+
+@contextmanager
+def running_provider(
+    scenarios: ScenarioSource = "harness", host: str = DEFAULT_HOST
+) -> Iterator[str]:
+    """Run the provider on a free port in a background thread; yield its `http://…/v1` URL."""
+    server = _server(_scenario(scenarios), host, 0, "warning")
+    thread = threading.Thread(target=server.run, name="scripted-provider", daemon=True)
+    thread.start()
+    try:
+        _wait_started(server, thread)
+        port = server.servers[0].sockets[0].getsockname()[1]
+        yield f"http://{host}:{port}/v1"
+    finally:
+        server.should_exit = True
+        thread.join(SHUTDOWN_TIMEOUT_S)
+
+
+def _wait_started(server: uvicorn.Server, thread: threading.Thread) -> None:
+    """Block until uvicorn listens; raise if it died or took too long."""
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    while not server.started:
+        if not thread.is_alive():
+            raise RuntimeError("the scripted provider failed to start (see the log above)")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the scripted provider did not start in {STARTUP_TIMEOUT_S} s")
+        time.sleep(0.005)
+
+
+HELP = """\
+Serve scripted chat completions (OpenAI wire format) at http://HOST:PORT/v1.
+
+A scenario file (YAML or JSON) is a list of scripts. The first script whose `when` regexes
+all match the request answers it; its reply is picked by the turn index, i.e. the number of
+assistant messages in the request:
+
+  - name: plan
+    when: {model: "^plan$"}      # also: system, user, transcript, tool_results
+    replies:
+      - tool_calls: [{id: c1, name: list_files, arguments: {}}]
+      - text: "done"
+    after_last: error            # or repeat_last
+    latency_ms: 0
+    faults: [{turn: 0, status: 429, retry_after: 1, times: 1}]   # or malformed / hang_ms
+
+A reply is {text: ...} or {tool_calls: [{id, name, arguments}]}; arguments are a mapping
+(sent as compact JSON) or a string, and "{turn}" in an id becomes the turn index. Usage is
+counted with o200k_base unless a reply fixes it: usage: {prompt_tokens, completion_tokens}.
+
+Other endpoints: GET /stats, POST /stats/reset, GET /healthz.
+"""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command line: load the scenarios and serve them until interrupted."""
+    parser = argparse.ArgumentParser(
+        prog="python -m workers.provider.server",
+        description=HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--scenarios",
+        default="harness",
+        metavar="FILE_OR_BUILTIN",
+        help=f"scenario file, or a built-in set: {', '.join(builtin_names())} (default: harness)",
+    )
+    parser.add_argument("--host", default=DEFAULT_HOST, help=f"default: {DEFAULT_HOST}")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"default: {DEFAULT_PORT}")
+    args = parser.parse_args(argv)
+    try:
+        scenario = load_scenario(args.scenarios)
+    except ScenarioError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(
+        f"scripted provider: {len(scenario.scripts)} scripts from {scenario.source}"
+        f" at http://{args.host}:{args.port}/v1",
+        flush=True,
+    )
+    serve(scenario, args.host, args.port)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,24 @@
+"""Settings of the harness, read from the environment once and passed in explicitly."""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from workers.pricing import PriceTable
+
+
+class HarnessSettings(BaseSettings):
+    """Where the model lives and how long to wait for it."""
+
+    model_config = SettingsConfigDict(env_prefix="LLM_", extra="ignore")
+
+    base_url: str | None = Field(
+        default=None, description="OpenAI-compatible base URL, e.g. http://127.0.0.1:8400/v1"
+    )
+    api_key: str | None = None
+    model: str = "scripted"
+    connect_timeout_s: float = 5.0
+    read_timeout_s: float = 120.0
+    max_retries: int = Field(default=2, description="retries on 429/503, honouring Retry-After")
+    prices: PriceTable = PriceTable()

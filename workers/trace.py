@@ -1,0 +1,48 @@
+"""The JSONL trace: one JSON object per line, each with `ts` and `run_id`.
+
+Lines are appended with one `write` on an `O_APPEND` descriptor, so several threads or
+processes can share one trace file without interleaving or losing lines.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+
+def now_iso() -> str:
+    """UTC time in ISO 8601 with milliseconds."""
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class Tracer:
+    """Writes events to a JSONL file with fixed fields (run id, ticket, node) on every line."""
+
+    def __init__(self, path: str | Path | None, run_id: str, **fields: Any) -> None:
+        self.path = Path(path) if path else None
+        self.fields: dict[str, Any] = {"run_id": run_id, **fields}
+
+    def bind(self, **fields: Any) -> Tracer:
+        """A tracer for the same file with more fixed fields."""
+        return Tracer(self.path, **{**self.fields, **fields})
+
+    def emit(self, event: str, **data: Any) -> None:
+        """Append one event line."""
+        if self.path is None:
+            return
+        line = json.dumps({"ts": now_iso(), **self.fields, "event": event, **data}, default=str)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, (line + "\n").encode("utf-8"))
+        finally:
+            os.close(fd)
+
+
+def read(path: str | Path) -> list[dict[str, Any]]:
+    """All events of a trace file, parsed."""
+    text = Path(path).read_text(encoding="utf-8")
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
