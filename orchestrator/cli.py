@@ -66,7 +66,9 @@ def _add_harness(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     p.add_argument("scenario", help="scenario name (the model name sent to the provider)")
     p.add_argument("--max-turns", type=int, default=20, help="turn cap; 0 means none (default 20)")
     p.add_argument("--budget", type=float, help="USD budget, checked before every model call")
-    p.add_argument("--dedupe", action="store_true", help="reuse results of repeated read-only calls")
+    p.add_argument(
+        "--dedupe", action="store_true", help="reuse results of repeated read-only calls"
+    )
     p.add_argument(
         "--tool-errors",
         choices=["text", "bare", "fatal"],

@@ -1,4 +1,4 @@
-"""Run one of the chapter's scenarios through the harness and summarise it (`ticketgraph harness`)."""
+"""Run one of the chapter's scenarios through the harness and summarise it (CLI: harness)."""
 
 from __future__ import annotations
 

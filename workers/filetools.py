@@ -111,7 +111,9 @@ class Workspace:
     def tools(self) -> list[Tool]:
         """The catalog over this workspace."""
         return [
-            Tool("list_files", "List the files in the workspace with their sizes.", self.list_files),
+            Tool(
+                "list_files", "List the files in the workspace with their sizes.", self.list_files
+            ),
             Tool("read_file", "Read one file of the workspace.", self.read_file, PathArgs),
             Tool(
                 "delete_file",

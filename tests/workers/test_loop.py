@@ -115,7 +115,11 @@ def test_destructive_stops_for_approval_and_deletes_nothing(
     state, _ = run_scenario("destructive", state=tmp_path / "s.json")
     assert state.status is RunStatus.INTERRUPTED
     i = state.interruption
-    assert i is not None and (i.type, i.tool, i.args) == ("approval", "delete_file", {"path": "access.log"})
+    assert i is not None and (i.type, i.tool, i.args) == (
+        "approval",
+        "delete_file",
+        {"path": "access.log"},
+    )
     assert (tmp_path / "ws" / "access.log").exists()
 
 
@@ -128,7 +132,8 @@ def test_approve_resumes_from_disk_and_deletes_once(
     assert state.output == "Deleted access.log to free space."
     assert not (tmp_path / "ws" / "access.log").exists()
     deletes = [
-        e for e in trace.read(tmp_path / "trace.jsonl")
+        e
+        for e in trace.read(tmp_path / "trace.jsonl")
         if e["event"] == "tool_start" and e["tool"] == "delete_file"
     ]
     assert len(deletes) == 1
@@ -137,7 +142,9 @@ def test_approve_resumes_from_disk_and_deletes_once(
 def test_reject_with_a_reason_reaches_the_transcript(
     run_scenario: RunScenario, tmp_path: Path
 ) -> None:
-    state, _ = run_scenario("destructive", decision="reject", reject_reason="access.log is evidence")
+    state, _ = run_scenario(
+        "destructive", decision="reject", reject_reason="access.log is evidence"
+    )
     assert state.status is RunStatus.COMPLETED
     assert (tmp_path / "ws" / "access.log").exists()
     tool_texts = [m.content or "" for m in state.messages if m.role == "tool"]
@@ -172,7 +179,9 @@ def test_every_trace_line_has_a_run_id_and_the_six_events_appear(
     assert plan.count("tool_start") == plan.count("tool_result") == 2
     assert destructive[-2:] == ["approval_required", "run_stopped"]
     assert "tool_progress" in slow and slow[-1] == "run_stopped"
-    stopped = next(e for e in events if e["event"] == "run_stopped" and e["run_id"] == runs[1].run_id)
+    stopped = next(
+        e for e in events if e["event"] == "run_stopped" and e["run_id"] == runs[1].run_id
+    )
     assert (stopped["status"], stopped["reason"]) == ("interrupted", "approval")
 
 
