@@ -85,6 +85,8 @@ class Catalog:
 
     def __init__(self, tools: list[Tool]) -> None:
         self.by_name = {t.name: t for t in tools}
+        # Built once: generating JSON schemas costs more than the rest of a turn.
+        self._schemas = [t.schema() for t in tools]
 
     def get(self, name: str) -> Tool:
         """The tool called `name`; an unknown name is a `ToolError` the model can fix."""
@@ -96,4 +98,4 @@ class Catalog:
 
     def schemas(self) -> list[dict[str, Any]]:
         """All tools in the chat-completions `tools` format."""
-        return [t.schema() for t in self.by_name.values()]
+        return self._schemas
