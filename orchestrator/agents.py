@@ -1,0 +1,73 @@
+"""Run one harness agent for a node: the graph calls the harness here and nowhere else."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from orchestrator.runstate import RunConfig, StepUsage
+from workers import loop
+from workers.client import ModelClient
+from workers.settings import HarnessSettings
+from workers.state import RunState, RunStatus, new_run
+from workers.tools import Catalog, Tool
+from workers.trace import Tracer
+
+
+@dataclass
+class AgentResult:
+    """What a node needs from an agent run: the text, how it ended, and what it cost."""
+
+    text: str | None
+    status: RunStatus
+    error: str | None
+    usage: StepUsage
+
+    @property
+    def ok(self) -> bool:
+        """True if the agent completed with an answer."""
+        return self.status is RunStatus.COMPLETED and bool(self.text)
+
+
+def run_agent(
+    system: str,
+    task: str,
+    tools: list[Tool],
+    config: RunConfig,
+    llm: HarnessSettings,
+    tracer: Tracer,
+    state_path: Path,
+) -> AgentResult:
+    """Run (or resume from `state_path`) one agent; its state is saved after every step."""
+    state = (
+        RunState.load(state_path) if state_path.exists() else new_run(system, task, config.model)
+    )
+    client = ModelClient(llm)
+    try:
+        harness = loop.Harness(
+            client=client,
+            catalog=Catalog(tools),
+            price=llm.prices.for_model(config.model),
+            limits=loop.Limits(max_turns=config.max_turns, budget_usd=config.budget_usd),
+            tracer=tracer.bind(agent_run_id=state.run_id),
+            state_path=state_path,
+        )
+        state = loop.run(state, harness)
+    finally:
+        client.close()
+    return AgentResult(
+        text=state.output,
+        status=state.status,
+        error=state.error or _stop_reason(state),
+        usage=StepUsage(
+            calls=state.usage.requests,
+            tokens=state.usage.total_tokens,
+            cost_usd=state.cost_usd,
+        ),
+    )
+
+
+def _stop_reason(state: RunState) -> str | None:
+    if state.status is RunStatus.COMPLETED:
+        return None if state.output else "the agent completed with an empty answer"
+    return f"the agent stopped: {state.status.value}"

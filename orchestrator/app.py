@@ -1,0 +1,59 @@
+"""The Celery app and its configuration, nothing else."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import Celery
+
+from orchestrator.backend import backend_url
+from orchestrator.settings import GraphSettings
+from workers.settings import HarnessSettings
+
+app = Celery("ticketgraph", include=["orchestrator.tasks"])
+
+LLM_CONF_KEY = "ticketgraph_llm"
+
+
+def configure(broker_url: str, settings: GraphSettings, llm: HarnessSettings) -> Celery:
+    """Point the app at a broker and set the delivery guarantees every run relies on."""
+    transport = {"visibility_timeout": settings.visibility_timeout_s}
+    conf: dict[str, Any] = {
+        "broker_url": broker_url,
+        "result_backend": backend_url(settings.result_backend or broker_url),
+        # Only references cross the broker, and only as JSON.
+        "task_serializer": "json",
+        "result_serializer": "json",
+        "accept_content": ["json"],
+        "result_accept_content": ["json"],
+        # A task is acknowledged after it ran, and redelivered if its worker died mid-task.
+        "task_acks_late": True,
+        "task_reject_on_worker_lost": True,
+        "worker_prefetch_multiplier": 1,
+        # Events on, so Flower sees every task and worker.
+        "worker_send_task_events": True,
+        "task_send_sent_event": True,
+        "task_track_started": True,
+        "result_expires": settings.result_expires_s,
+        "result_extended": False,
+        # The hard limit stays below the visibility timeout (checked in GraphSettings).
+        "task_soft_time_limit": settings.soft_time_limit_s,
+        "task_time_limit": settings.time_limit_s,
+        "broker_transport_options": transport,
+        "result_backend_transport_options": transport,
+        "broker_connection_retry_on_startup": True,
+        "worker_hijack_root_logger": False,
+        "worker_redirect_stdouts": False,
+        LLM_CONF_KEY: llm.model_dump(mode="json"),
+    }
+    app.conf.update(conf)
+    # Worker threads look tasks' app up through Celery's current/default app; make it ours.
+    app.set_current()
+    app.set_default()
+    return app
+
+
+def worker_llm() -> HarnessSettings:
+    """The model endpoint this worker process was configured with."""
+    raw = app.conf.get(LLM_CONF_KEY)
+    return HarnessSettings.model_validate(raw) if raw else HarnessSettings()

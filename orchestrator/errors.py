@@ -1,0 +1,30 @@
+"""Errors of the graph, raised on purpose and reported with exit code 3 by the CLI.
+
+GraphError
+├── InboxError        a ticket file cannot be read or is malformed
+├── RunStateError     a run folder or its run-state.json is missing or corrupt
+├── BrokerError       the broker or result backend cannot be reached or started
+└── RunTimeout        the verdict did not arrive in time
+"""
+
+from __future__ import annotations
+
+
+class GraphError(Exception):
+    """Base of the graph's own errors."""
+
+
+class InboxError(GraphError):
+    """A ticket in the inbox is unreadable or malformed."""
+
+
+class RunStateError(GraphError):
+    """A run's folder or state is missing or cannot be parsed."""
+
+
+class BrokerError(GraphError):
+    """The broker or result backend failed."""
+
+
+class RunTimeout(GraphError):
+    """The run did not finish within the configured time."""

