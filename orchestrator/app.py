@@ -36,7 +36,7 @@ def configure(broker_url: str, settings: GraphSettings, llm: HarnessSettings) ->
         "task_track_started": True,
         "result_expires": settings.result_expires_s,
         "result_extended": False,
-        # The hard limit stays below the visibility timeout (checked in GraphSettings).
+        # The hard limit stays below the visibility timeout (GraphSettings checks it).
         "task_soft_time_limit": settings.soft_time_limit_s,
         "task_time_limit": settings.time_limit_s,
         "broker_transport_options": transport,

@@ -211,21 +211,16 @@ def _worker(args: argparse.Namespace) -> int:
 
 
 def _add_provider(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    from workers.provider import server
+
     p = sub.add_parser(
         "provider",
         help="serve the scripted OpenAI-compatible model over HTTP",
-        description="Serve the scripted provider: POST /v1/chat/completions answered from a "
-        "scenario file, GET /stats, POST /stats/reset. Pass the remaining options through.",
-        add_help=False,
+        description=server.HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("rest", nargs=argparse.REMAINDER)
-    p.set_defaults(handler=_provider)
-
-
-def _provider(args: argparse.Namespace) -> int:
-    from workers.provider.server import main as provider_main
-
-    return provider_main(args.rest) or 0
+    server.add_arguments(p)
+    p.set_defaults(handler=server.run_from_args)
 
 
 def _add_harness(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

@@ -142,7 +142,7 @@ class RunStore:
     """The files of one run under `runs/<run_id>/`."""
 
     def __init__(self, run_dir: Path) -> None:
-        self.dir = run_dir
+        self.dir = run_dir.resolve()  # workers on other machines get this path as is
 
     @property
     def state_path(self) -> Path:

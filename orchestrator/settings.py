@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import AliasChoices, Field
+from pydantic import AliasChoices, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 StopAfter = Literal["route", "merge"]
@@ -32,3 +32,12 @@ class GraphSettings(BaseSettings):
     visibility_timeout_s: int = 900
     result_expires_s: int = 24 * 3600
     run_timeout_s: float = Field(default=3600, description="how long `run` waits for a verdict")
+
+    @model_validator(mode="after")
+    def _limits_below_visibility(self) -> GraphSettings:
+        if not self.soft_time_limit_s < self.time_limit_s < self.visibility_timeout_s:
+            raise ValueError(
+                "need soft_time_limit_s < time_limit_s < visibility_timeout_s, got "
+                f"{self.soft_time_limit_s}, {self.time_limit_s}, {self.visibility_timeout_s}"
+            )
+        return self

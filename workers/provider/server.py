@@ -112,13 +112,8 @@ Other endpoints: GET /stats, POST /stats/reset, GET /healthz.
 """
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Command line: load the scenarios and serve them until interrupted."""
-    parser = argparse.ArgumentParser(
-        prog="python -m workers.provider.server",
-        description=HELP,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The provider's options, shared by `python -m` and `ticketgraph provider`."""
     parser.add_argument(
         "--scenarios",
         default="harness",
@@ -127,7 +122,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--host", default=DEFAULT_HOST, help=f"default: {DEFAULT_HOST}")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"default: {DEFAULT_PORT}")
-    args = parser.parse_args(argv)
+
+
+def run_from_args(args: argparse.Namespace) -> int:
+    """Load the scenarios named in `args` and serve them until interrupted."""
     try:
         scenario = load_scenario(args.scenarios)
     except ScenarioError as exc:
@@ -140,6 +138,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     serve(scenario, args.host, args.port)
     return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command line: load the scenarios and serve them until interrupted."""
+    parser = argparse.ArgumentParser(
+        prog="python -m workers.provider.server",
+        description=HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_arguments(parser)
+    return run_from_args(parser.parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,126 @@
+"""Fixtures for graph tests: demo workspaces, the CLI as a real subprocess, scenario files."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from orchestrator.workspace import init_demo
+
+REPO = Path(__file__).resolve().parents[2]
+DEMO_SCENARIOS = REPO / "orchestrator" / "demo" / "scenarios" / "demo.yaml"
+
+GRAPH_EVENTS = {
+    "node_start",
+    "node_end",
+    "routed",
+    "clamped",
+    "worker_done",
+    "template_done",
+    "collected",
+    "gate",
+}
+
+# DESIGN.md's reference run: node -> (calls, tokens, rounds).
+REFERENCE_NODES = {
+    "route": (1, 720, None),
+    "fanout": (8, 8903, None),
+    "merge": (0, 0, None),
+    "review": (2, 3033, 2),
+}
+# ticket -> (category, handler, gate_rounds, stop, status)
+REFERENCE_TICKETS = {
+    "T-1001": ("billing", "worker:billing", 0, "gate_pass", "pass"),
+    "T-1002": ("bug", "worker:bug", 0, "gate_pass", "pass"),
+    "T-1003": ("other", "template", 0, "gate_pass", "pass"),
+    "T-1004": ("billing", "worker:billing", 1, "no_progress", "needs_human"),
+    "T-1005": ("bug", "worker:bug", 1, "gate_pass", "pass"),
+    "T-1006": ("other", "template", 0, "gate_pass", "pass"),
+}
+
+
+@pytest.fixture
+def demo(tmp_path: Path) -> Path:
+    """A fresh demo workspace."""
+    root = tmp_path / "demo"
+    init_demo(root)
+    return root
+
+
+Cli = Callable[..., subprocess.CompletedProcess[str]]
+
+
+@pytest.fixture
+def cli() -> Cli:
+    """Run `ticketgraph ARGS` as a real subprocess in `cwd`, with extra environment."""
+
+    def run(*args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 120):
+        clean = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("TICKETGRAPH_", "LLM_")) and k not in ("POOL_SIZE", "STOP_AFTER")
+        }
+        return subprocess.run(
+            [sys.executable, "-m", "orchestrator.cli", *args],
+            cwd=cwd,
+            env={**clean, **(env or {})},
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
+    return run
+
+
+def state(workspace: Path) -> dict[str, Any]:
+    """The latest run-state.json of a workspace."""
+    return json.loads((workspace / "run-state.json").read_text())
+
+
+def events(workspace: Path) -> list[dict[str, Any]]:
+    """The latest run.jsonl of a workspace, parsed line by line."""
+    return [json.loads(line) for line in (workspace / "run.jsonl").read_text().splitlines()]
+
+
+def node_numbers(record: dict[str, Any]) -> dict[str, tuple[int, int, int | None]]:
+    """node -> (calls, tokens, rounds) for the four nodes of the reference table."""
+    return {
+        n: (v["calls"], v["tokens"], v["rounds"])
+        for n, v in record["nodes"].items()
+        if n in REFERENCE_NODES
+    }
+
+
+def ticket_rows(record: dict[str, Any]) -> dict[str, tuple[Any, ...]]:
+    """ticket -> (category, handler, gate_rounds, stop, status)."""
+    return {
+        i: (t["category"], t["handler"], t["gate_rounds"], t["stop"], t["status"])
+        for i, t in record["tickets"].items()
+    }
+
+
+def demo_scripts() -> list[dict[str, Any]]:
+    """The demo scenario as data, to derive variants from."""
+    return yaml.safe_load(DEMO_SCENARIOS.read_text())
+
+
+def write_scenarios(path: Path, scripts: list[dict[str, Any]]) -> Path:
+    """Write scripts as a scenario file."""
+    path.write_text(yaml.safe_dump(scripts, sort_keys=False, allow_unicode=True))
+    return path
+
+
+def variant(scripts: list[dict[str, Any]], name: str, **changes: Any) -> list[dict[str, Any]]:
+    """A deep copy of `scripts` with one script's top-level fields changed."""
+    out = copy.deepcopy(scripts)
+    next(s for s in out if s["name"] == name).update(changes)
+    return out

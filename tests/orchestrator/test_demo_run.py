@@ -1,0 +1,140 @@
+"""The demo workspace end to end through the CLI, embedded broker and worker."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+
+from tests.orchestrator.conftest import (
+    DEMO_SCENARIOS,
+    GRAPH_EVENTS,
+    REFERENCE_NODES,
+    REFERENCE_TICKETS,
+    Cli,
+    demo_scripts,
+    events,
+    node_numbers,
+    state,
+    ticket_rows,
+    variant,
+    write_scenarios,
+)
+from workers.provider import running_provider
+
+
+def _redis_servers() -> set[str]:
+    """Command lines of running redis-server processes started for embedded runs."""
+    found = set()
+    for proc in Path("/proc").iterdir():
+        try:
+            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if "redis-server" in cmd and "tg-redis-" in cmd:
+            found.add(cmd)
+    return found
+
+
+def test_demo_run_reproduces_the_reference_table(demo: Path, cli: Cli) -> None:
+    before = _redis_servers()
+    done = cli("run", cwd=demo)
+    assert done.returncode == 1, done.stderr
+    record = state(demo)
+    assert node_numbers(record) == REFERENCE_NODES
+    assert ticket_rows(record) == REFERENCE_TICKETS
+    t1004, t1005 = record["tickets"]["T-1004"], record["tickets"]["T-1005"]
+    assert t1004["gate_reports"] == ["filler_word:please wait a moment"] * 2
+    assert t1005["gate_reports"] == ["missing_ticket_id"]
+    assert sorted(p.name for p in (demo / "out").glob("*.txt")) == [
+        f"T-100{i}.txt" for i in range(1, 7)
+    ]
+    trace = events(demo)
+    assert all(e["ts"] and e["run_id"] == record["run_id"] for e in trace)
+    clamped = [e for e in trace if e["event"] == "clamped"]
+    assert [(e["ticket"], e["raw"], e["category"]) for e in clamped] == [
+        ("T-1006", "complaint", "other")
+    ]
+    assert sum(e["event"] in GRAPH_EVENTS for e in trace) == 39  # as in the seed's run
+    harness = [
+        e for e in trace if e["event"] in ("turn", "tool_start", "tool_result", "run_stopped")
+    ]
+    assert harness and all(e["node"] in ("route", "fanout", "review") for e in harness)
+    assert all(e.get("ticket") for e in harness if e["node"] != "route")
+    out = done.stdout
+    assert "=== Graph run summary ===" in out and "=== Per ticket ===" in out
+    assert "T-1004 (no_progress)" in out and record["run_id"] in out
+    assert _redis_servers() <= before, "the embedded redis-server outlived the run"
+
+
+def test_all_pass_exits_zero(demo: Path, cli: Cli) -> None:
+    (demo / "inbox" / "T-1004.txt").unlink()  # the router still names it: that line is ignored
+    done = cli("run", cwd=demo)
+    assert done.returncode == 0, done.stderr
+    assert set(state(demo)["tickets"]) == set(REFERENCE_TICKETS) - {"T-1004"}
+
+
+def test_stop_after_merge_then_resume_pays_only_for_review(demo: Path, cli: Cli) -> None:
+    with running_provider(DEMO_SCENARIOS) as url:
+        env = {"LLM_BASE_URL": url, "STOP_AFTER": "merge"}
+        stopped = cli("run", cwd=demo, env=env)
+        assert stopped.returncode == 2, stopped.stderr
+        record = state(demo)
+        assert {t["status"] for t in record["tickets"].values()} == {"drafted"}
+        assert "review" not in record["nodes"]
+        stats = httpx.get(url.replace("/v1", "/stats")).json()
+        assert stats["requests"] == 9  # the router once, eight drafting turns
+        httpx.post(url.replace("/v1", "/stats/reset"))
+
+        resumed = cli("resume", record["run_id"], cwd=demo, env={"LLM_BASE_URL": url})
+        assert resumed.returncode == 1, resumed.stderr
+        stats = httpx.get(url.replace("/v1", "/stats")).json()
+    assert stats["requests"] == 2 and set(stats["scripts"]) == {"T-1004#2", "T-1005#2"}
+    final = state(demo)
+    assert final["run_id"] == record["run_id"]
+    assert ticket_rows(final) == REFERENCE_TICKETS
+    assert node_numbers(final) == REFERENCE_NODES
+
+
+def test_pool_size_bounds_requests_in_flight(demo: Path, cli: Cli) -> None:
+    seen = {}
+    with running_provider(DEMO_SCENARIOS) as url:
+        for pool in (1, 2):
+            httpx.post(url.replace("/v1", "/stats/reset"))
+            done = cli("run", cwd=demo, env={"LLM_BASE_URL": url, "POOL_SIZE": str(pool)})
+            assert done.returncode == 1, done.stderr
+            stats = httpx.get(url.replace("/v1", "/stats")).json()
+            seen[pool] = (stats["max_in_flight"], state(demo)["nodes"]["fanout"]["ms"])
+    assert seen[1][0] == 1 and seen[2][0] == 2
+    # Eight 60 ms turns on one lane or two: about twice the wall time on one.
+    assert seen[1][1] > 1.5 * seen[2][1]
+
+
+def test_a_failing_ticket_is_recorded_and_the_batch_goes_on(
+    demo: Path, cli: Cli, tmp_path: Path
+) -> None:
+    scripts = variant(demo_scripts(), "T-1002#1", faults=[{"status": 500}])
+    with running_provider(write_scenarios(tmp_path / "faulty.yaml", scripts)) as url:
+        done = cli("run", cwd=demo, env={"LLM_BASE_URL": url})
+    assert done.returncode == 1, done.stderr
+    record = state(demo)
+    failed = record["tickets"]["T-1002"]
+    assert (failed["stop"], failed["status"]) == ("worker_failed", "needs_human")
+    assert "HTTP 500" in failed["error"]
+    rows = ticket_rows(record)
+    for ticket in ("T-1001", "T-1003", "T-1004", "T-1005", "T-1006"):
+        assert rows[ticket] == REFERENCE_TICKETS[ticket]
+    assert {"merge", "review", "report"} <= set(record["nodes"])
+    assert not (demo / "out" / "T-1002.txt").exists()
+    assert "T-1002 (worker_failed)" in done.stdout
+
+
+def test_a_router_failure_crashes_the_run_with_exit_3(demo: Path, cli: Cli, tmp_path: Path) -> None:
+    scripts = variant(demo_scripts(), "router", faults=[{"status": 500}])
+    with running_provider(write_scenarios(tmp_path / "faulty.yaml", scripts)) as url:
+        done = cli("run", cwd=demo, env={"LLM_BASE_URL": url})
+    assert done.returncode == 3
+    assert "HTTP 500" in done.stderr
+    record = state(demo)
+    assert record["status"] == "crashed" and "HTTP 500" in record["error"]
+    assert [e for e in events(demo) if e["event"] == "run_crashed"]

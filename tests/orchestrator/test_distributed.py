@@ -1,0 +1,175 @@
+"""The same graph with a real Redis and workers as separate `ticketgraph worker` processes."""
+
+from __future__ import annotations
+
+import copy
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator.redis_server import RedisServer
+from orchestrator.workspace import CONFIG_FILE, init_demo
+from tests.orchestrator.conftest import (
+    REFERENCE_NODES,
+    REFERENCE_TICKETS,
+    Cli,
+    demo_scripts,
+    node_numbers,
+    state,
+    ticket_rows,
+    write_scenarios,
+)
+from workers.provider import running_provider
+
+MARKER = "DRAFT-BODY-MARKER"
+BIG_DRAFT = "Ticket T-1001: " + (MARKER + " lorem ipsum dolor sit amet. ") * 2800  # ~100 KB
+
+
+def _big_variant(scripts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The demo scripts for model `big`, where T-1001's draft is ~100 KB."""
+    big = copy.deepcopy(scripts)
+    for script in big:
+        script["name"] = f"big-{script['name']}"
+        script["when"] = {**script.get("when", {}), "model": "^big$"}
+    t1001 = next(s for s in big if s["name"] == "big-T-1001#1")
+    t1001["replies"][1]["text"] = BIG_DRAFT
+    return big
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """A private Redis, the scripted provider and two worker processes."""
+    tmp = tmp_path_factory.mktemp("cluster")
+    scripts = demo_scripts()
+    scenario = write_scenarios(tmp / "scenarios.yaml", _big_variant(scripts) + scripts)
+    with RedisServer(tcp=True) as redis, running_provider(scenario) as llm_url:
+        env = {**os.environ, "TICKETGRAPH_BROKER_URL": redis.url, "LLM_BASE_URL": llm_url}
+        workers = [_start_worker(env, tmp, f"w{i}") for i in (1, 2)]
+        try:
+            for _proc, log in workers:
+                _wait_ready(log)
+            yield {
+                "TICKETGRAPH_BROKER_URL": redis.url,
+                "LLM_BASE_URL": llm_url,
+                "redis_port": str(redis.port),
+            }
+        finally:
+            for proc, _log in workers:
+                proc.terminate()
+            for proc, _log in workers:
+                try:
+                    proc.wait(20)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait(10)
+
+
+def _start_worker(
+    env: dict[str, str], tmp: Path, name: str
+) -> tuple[subprocess.Popen[bytes], Path]:
+    log = tmp / f"{name}.log"
+    cmd = [
+        sys.executable,
+        "-m",
+        "orchestrator.cli",
+        "worker",
+        "--pool",
+        "prefork",
+        "--concurrency",
+        "2",
+        "--hostname",
+        f"{name}@%h",
+        "--loglevel",
+        "INFO",
+    ]
+    with log.open("wb") as handle:
+        proc = subprocess.Popen(cmd, env=env, stdout=handle, stderr=subprocess.STDOUT)
+    return proc, log
+
+
+def _wait_ready(log: Path, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while " ready." not in log.read_text(errors="replace"):
+        assert time.monotonic() < deadline, f"worker not ready:\n{log.read_text()[-2000:]}"
+        time.sleep(0.1)
+
+
+def test_workers_on_a_shared_broker_give_the_reference_verdict(
+    cluster: dict[str, str], demo: Path, cli: Cli
+) -> None:
+    env = {k: v for k, v in cluster.items() if k != "redis_port"}
+    done = cli("run", cwd=demo, env=env)
+    assert done.returncode == 1, done.stderr
+    record = state(demo)
+    assert node_numbers(record) == REFERENCE_NODES
+    assert ticket_rows(record) == REFERENCE_TICKETS
+
+
+class _Monitor:
+    """Every command the Redis server executes, via MONITOR, on a background thread."""
+
+    def __init__(self, port: int) -> None:
+        import redis
+
+        self.client = redis.Redis(port=port)
+        self.commands: list[str] = []
+        self.stopped = False
+        self.thread = threading.Thread(target=self._listen, daemon=True)
+
+    def _listen(self) -> None:
+        with self.client.monitor() as monitor:
+            for item in monitor.listen():
+                if self.stopped:
+                    return
+                self.commands.append(item["command"])
+
+    def __enter__(self) -> _Monitor:
+        self.thread.start()
+        time.sleep(0.2)
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.stopped = True
+        self.client.ping()  # wakes the listener so it sees the flag
+        self.thread.join(5)
+        self.client.close()
+
+    def pushes(self) -> list[str]:
+        """LPUSH commands: the task messages kombu put on queues."""
+        return [c for c in self.commands if c.startswith("LPUSH")]
+
+
+def _run_monitored(cluster: dict[str, str], workspace: Path, cli: Cli) -> _Monitor:
+    env = {k: v for k, v in cluster.items() if k != "redis_port"}
+    with _Monitor(int(cluster["redis_port"])) as monitor:
+        done = cli("run", cwd=workspace, env=env)
+    assert done.returncode == 1, done.stderr
+    return monitor
+
+
+def test_only_references_cross_the_broker(
+    cluster: dict[str, str], tmp_path: Path, cli: Cli
+) -> None:
+    small, big = tmp_path / "small", tmp_path / "big"
+    for root in (small, big):
+        init_demo(root)
+    config = big / CONFIG_FILE
+    config.write_text(config.read_text().replace('model = "demo"', 'model = "big"'))
+
+    normal = _run_monitored(cluster, small, cli)
+    heavy = _run_monitored(cluster, big, cli)
+
+    assert (big / "out" / "T-1001.txt").stat().st_size > 100_000
+    assert not any(MARKER in c for c in heavy.commands), "draft text went through Redis"
+    assert len(normal.pushes()) == len(heavy.pushes()) > 0
+    largest = max(map(len, heavy.pushes()))
+    # Messages differ only by ids and paths, not by a 100 KB draft.
+    assert abs(largest - max(map(len, normal.pushes()))) < 1000
+    assert largest < 10_000

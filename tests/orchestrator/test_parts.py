@@ -1,0 +1,98 @@
+"""Gate, router parsing, lanes, inbox, workspace init and the report's one-liners."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from orchestrator import gate, graph, inbox, nodes, report, tasks
+from orchestrator.errors import InboxError
+from orchestrator.workspace import init_demo
+from workers.trace import Tracer, read
+
+FILLER = ["please wait a moment", "we will resolve this soon"]
+
+
+def test_gate_reports_each_problem_in_a_stable_order() -> None:
+    assert gate.check("T-1", "Ticket T-1: done.", FILLER) == gate.GateResult(True, "")
+    missing = gate.check("T-1", "Done. Please wait a moment.", FILLER)
+    assert missing == gate.GateResult(False, "missing_ticket_id | filler_word:please wait a moment")
+
+
+def test_router_output_is_clamped_to_known_categories(tmp_path: Path) -> None:
+    trace_file = tmp_path / "t.jsonl"
+    text = "T-1: billing\nT-2: refund\n  T-3 :  bug  \nT-9: bug\nnot a line\nT-4: bug extra"
+    found = nodes._parse_routes(
+        text,
+        ["T-1", "T-2", "T-3", "T-4", "T-5"],
+        ["billing", "bug", "other"],
+        Tracer(trace_file, "r"),
+    )
+    # T-9 was not claimed; T-4's line is malformed; T-5 has no line: both become other.
+    assert found == {"T-1": "billing", "T-2": "other", "T-3": "bug", "T-4": "other", "T-5": "other"}
+    clamped = [e for e in read(trace_file) if e["event"] == "clamped"]
+    assert [(e["ticket"], e["raw"]) for e in clamped] == [("T-2", "refund")]
+
+
+def test_lanes_deal_tickets_round_robin_into_pool_size_chains() -> None:
+    ids = [f"T-{i}" for i in range(7)]
+    lanes = graph.lanes(tasks.draft, "/run", ids, 3)
+    assert len(lanes) == 3
+    dealt = [[t.args[1] for t in lane.tasks] for lane in lanes]
+    assert dealt == [["T-0", "T-3", "T-6"], ["T-1", "T-4"], ["T-2", "T-5"]]
+    assert len(graph.lanes(tasks.draft, "/run", ids[:2], 8)) == 2
+
+
+def test_the_canvas_stops_after_merge_when_asked() -> None:
+    full = graph.plan("/run", ["T-1", "T-2"], 2, None)
+    stopped = graph.plan("/run", ["T-1", "T-2"], 2, "merge")
+    assert full.tasks[0].name == "orchestrator.route"
+    assert [step.body.name for step in full.tasks[1:]] == [
+        "orchestrator.merge",
+        "orchestrator.report",
+    ]
+    assert [step.body.name for step in stopped.tasks[1:]] == ["orchestrator.merge"]
+    assert json.dumps(full)  # the whole canvas serialises to plain JSON: only references
+
+
+def test_one_line_is_the_first_sentence_cut_at_22_characters() -> None:
+    assert (
+        report.one_line("Ticket T-1004: changing the invoice. More.") == "Ticket T-1004: changin…"
+    )
+    assert report.one_line("Short. Rest.") == "Short"
+
+
+def test_inbox_reads_txt_and_json_and_names_bad_files(tmp_path: Path) -> None:
+    box = tmp_path / "inbox"
+    box.mkdir()
+    (box / "B-2.json").write_text(json.dumps({"id": "B-2", "text": " json ticket "}))
+    (box / "A-1.txt").write_text("text ticket\n")
+    (box / "notes.md").write_text("ignored")
+    assert [(t.id, t.text) for t in inbox.load(box)] == [
+        ("A-1", "text ticket"),
+        ("B-2", "json ticket"),
+    ]
+    (box / "C-3.json").write_text("{broken")
+    with pytest.raises(InboxError, match=r"C-3\.json: not valid JSON"):
+        inbox.load(box)
+    (box / "C-3.json").write_text(json.dumps({"id": "A-1", "text": "dup"}))
+    with pytest.raises(InboxError, match="appears twice"):
+        inbox.load(box)
+    (box / "C-3.json").unlink()
+    (box / "D-4.txt").write_text("   \n")
+    with pytest.raises(InboxError, match=r"D-4\.txt: the ticket has no text"):
+        inbox.load(box)
+    with pytest.raises(InboxError, match="no inbox folder"):
+        inbox.load(tmp_path / "missing")
+
+
+def test_init_never_overwrites_a_users_files(tmp_path: Path) -> None:
+    created, kept = init_demo(tmp_path / "ws")
+    assert len(created) >= 10 and not kept
+    mine = tmp_path / "ws" / "inbox" / "T-1001.txt"
+    mine.write_text("my own ticket")
+    created, kept = init_demo(tmp_path / "ws")
+    assert not created and mine in kept
+    assert mine.read_text() == "my own ticket"
