@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -12,6 +13,9 @@ from workers.settings import HarnessSettings
 from workers.state import RunState, RunStatus, new_run
 from workers.tools import Catalog, Tool
 from workers.trace import Tracer
+
+_clients: dict[str, ModelClient] = {}
+_clients_lock = threading.Lock()
 
 
 @dataclass
@@ -42,19 +46,15 @@ def run_agent(
     state = (
         RunState.load(state_path) if state_path.exists() else new_run(system, task, config.model)
     )
-    client = ModelClient(llm)
-    try:
-        harness = loop.Harness(
-            client=client,
-            catalog=Catalog(tools),
-            price=llm.prices.for_model(config.model),
-            limits=loop.Limits(max_turns=config.max_turns, budget_usd=config.budget_usd),
-            tracer=tracer.bind(agent_run_id=state.run_id),
-            state_path=state_path,
-        )
-        state = loop.run(state, harness)
-    finally:
-        client.close()
+    harness = loop.Harness(
+        client=shared_client(llm),
+        catalog=Catalog(tools),
+        price=llm.prices.for_model(config.model),
+        limits=loop.Limits(max_turns=config.max_turns, budget_usd=config.budget_usd),
+        tracer=tracer.bind(agent_run_id=state.run_id),
+        state_path=state_path,
+    )
+    state = loop.run(state, harness)
     return AgentResult(
         text=state.output,
         status=state.status,
@@ -65,6 +65,20 @@ def run_agent(
             cost_usd=state.cost_usd,
         ),
     )
+
+
+def shared_client(llm: HarnessSettings) -> ModelClient:
+    """One model client per endpoint per process, shared by all tasks and threads.
+
+    Creating an httpx client costs 30-60 ms here (it builds an SSL context), more than the
+    rest of a short agent run; a shared one also keeps its connections warm. It is created
+    lazily, so a prefork worker builds its own after the fork.
+    """
+    key = llm.model_dump_json()
+    with _clients_lock:
+        if key not in _clients:
+            _clients[key] = ModelClient(llm)
+        return _clients[key]
 
 
 def _stop_reason(state: RunState) -> str | None:

@@ -98,7 +98,8 @@ def draft(ctx: Context, ticket_id: str) -> dict[str, str]:
     if ticket.status is not TicketStatus.ROUTED:
         return {"ticket": ticket_id, "status": ticket.status.value}
     trace = ctx.tracer("fanout", ticket=ticket_id)
-    _open(ctx, "fanout", ctx.tracer("fanout"))
+    if "fanout" not in record.nodes:
+        _open(ctx, "fanout", ctx.tracer("fanout"))
     category = ticket.category or OTHER
     if category not in prompts.WORKERS:
         text, handler, usage = (
@@ -180,19 +181,21 @@ def merge(ctx: Context) -> dict[str, int]:
     trace = ctx.tracer("merge")
     _open(ctx, "merge", trace)
     out = Path(record.workspace) / "out"
+    published: dict[str, str] = {}
     for ticket_id, ticket in record.tickets.items():
         draft_file = ctx.store.draft_path(ticket_id)
         if ticket.status is not TicketStatus.DRAFTED or not draft_file.exists():
             continue
         text = draft_file.read_text(encoding="utf-8")
         atomic.write_text(out / f"{ticket_id}.txt", text)
-        with ctx.store.update() as rec:
-            t = rec.tickets[ticket_id]
-            t.file, t.one_line = f"out/{ticket_id}.txt", report.one_line(text)
+        published[ticket_id] = text
         trace.emit(
             "collected", ticket=ticket_id, file=f"out/{ticket_id}.txt", chars=len(text.strip())
         )
     with ctx.store.update() as rec:
+        for ticket_id, text in published.items():
+            rec.tickets[ticket_id].file = f"out/{ticket_id}.txt"
+            rec.tickets[ticket_id].one_line = report.one_line(text)
         node = rec.finish("merge")
         if rec.config.stop_after == "merge":
             rec.status, rec.exit_code = RunPhase.STOPPED, EXIT_STOPPED
@@ -207,7 +210,8 @@ def review(ctx: Context, ticket_id: str) -> dict[str, str]:
     if ticket.status is not TicketStatus.DRAFTED:
         return {"ticket": ticket_id, "status": ticket.status.value}
     trace = ctx.tracer("review", ticket=ticket_id)
-    _open(ctx, "review", ctx.tracer("review"))
+    if "review" not in record.nodes:
+        _open(ctx, "review", ctx.tracer("review"))
     loop = ReviewLoop(ctx, record, ticket_id, trace)
     outcome = loop.run()
     with ctx.store.update() as rec:
