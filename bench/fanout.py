@@ -67,8 +67,8 @@ def main() -> None:
         print(
             f"POOL_SIZE={pool}: fanout median {r['fanout_median_ms']} ms "
             f"(min {r['fanout_min_ms']}, max {r['fanout_max_ms']}, {r['runs']} runs) = "
-            f"{r['ratio_to_seed']}x the seed's {IDEAL_MS[pool]} ms; route {r['route_median_ms']} ms, "
-            f"review {r['review_median_ms']} ms"
+            f"{r['ratio_to_seed']}x the seed's {IDEAL_MS[pool]} ms; "
+            f"route {r['route_median_ms']} ms, review {r['review_median_ms']} ms"
         )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -16,11 +17,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     handler: Callable[[argparse.Namespace], int] = args.handler
+    # SIGTERM (cron's timeout, docker stop) unwinds like Ctrl-C, so embedded servers and the
+    # in-process worker are stopped and the run's state says what happened.
+    signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         return handler(args)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 2
+
+
+def _raise_interrupt(_signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -39,9 +39,15 @@ def outcome(store: RunStore, record: RunRecord) -> str:
         return store.report_path.read_text(encoding="utf-8")
     if record.status is RunPhase.STOPPED:
         drafted = sum(t.status is TicketStatus.DRAFTED for t in record.tickets.values())
+        why = record.error or "stopped after merge"
         return (
-            f"[stop] stopped after merge: {drafted} tickets drafted, no verdict in this run.\n"
+            f"[stop] {why}: {drafted} tickets drafted, no verdict in this run.\n"
             f"Resume with: ticketgraph resume {record.run_id}\n"
+        )
+    if record.status is RunPhase.RUNNING:
+        return (
+            f"[wait] stopped waiting; run {record.run_id} goes on in the workers. "
+            f"Its state: runs/{record.run_id}/run-state.json\n"
         )
     return (
         f"run {record.run_id}: {record.status.value}"

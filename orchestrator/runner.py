@@ -14,6 +14,7 @@ from orchestrator.app import configure
 from orchestrator.errors import RunTimeout
 from orchestrator.runstate import (
     EXIT_CRASHED,
+    EXIT_STOPPED,
     RunConfig,
     RunPhase,
     RunRecord,
@@ -88,10 +89,22 @@ def execute(store: RunStore, settings: GraphSettings, llm: HarnessSettings) -> i
         else:
             with _celery(Workspace(Path(record.workspace)), settings, llm, record.config.pool_size):
                 _submit_and_wait(store, record, settings.run_timeout_s)
+    except KeyboardInterrupt:
+        return _interrupted(store, embedded_run=not settings.broker_url)
     except Exception as exc:
         return record_crash(store, exc)
     code = store.read().exit_code
     return EXIT_CRASHED if code is None else code
+
+
+def _interrupted(store: RunStore, embedded_run: bool) -> int:
+    """Ctrl-C or SIGTERM while waiting: an embedded run stops; a distributed one goes on."""
+    if embedded_run:
+        with store.update() as record:
+            record.status, record.exit_code = RunPhase.STOPPED, EXIT_STOPPED
+            record.error = "interrupted by a signal"
+        store.tracer(store.dir.name, node="run").emit("run_interrupted")
+    return EXIT_STOPPED
 
 
 def _submit_and_wait(store: RunStore, record: RunRecord, timeout: float) -> None:

@@ -28,7 +28,7 @@ from workers.trace import Tracer, now_iso
 STATE_FILE = "run-state.json"
 TRACE_FILE = "run.jsonl"
 REPORT_FILE = "report.txt"
-EXIT_CRASHED = 3
+EXIT_STOPPED, EXIT_CRASHED = 2, 3
 
 
 class TicketStatus(StrEnum):
