@@ -97,34 +97,28 @@ def draft(ctx: Context, ticket_id: str) -> dict[str, str]:
     ticket = record.tickets[ticket_id]
     if ticket.status is not TicketStatus.ROUTED:
         return {"ticket": ticket_id, "status": ticket.status.value}
-    trace = ctx.tracer("fanout", ticket=ticket_id)
     if "fanout" not in record.nodes:
         _open(ctx, "fanout", ctx.tracer("fanout"))
+    trace = ctx.tracer("fanout", ticket=ticket_id)
     category = ticket.category or OTHER
     if category not in prompts.WORKERS:
-        text, handler, usage = (
-            prompts.OTHER_TEMPLATE.format(ticket_id=ticket_id),
-            "template",
-            StepUsage(),
-        )
         trace.emit("template_done")
-    else:
-        handler = f"worker:{category}"
-        result = _worker(
-            ctx,
-            record,
-            ticket_id,
-            category,
-            "draft",
-            prompts.draft_input(ticket_id, ctx.ticket_text(ticket_id)),
-            trace,
-        )
-        if not result.ok:
-            return fail_ticket(
-                ctx, ticket_id, "fanout", result.error or "no draft", handler, result.usage
-            )
-        text, usage = result.text or "", result.usage
-        trace.emit("worker_done", round=1, calls=usage.calls, tokens=usage.tokens)
+        text = prompts.OTHER_TEMPLATE.format(ticket_id=ticket_id)
+        return _drafted(ctx, ticket_id, text, "template", StepUsage())
+    handler = f"worker:{category}"
+    task = prompts.draft_input(ticket_id, ctx.ticket_text(ticket_id))
+    result = _worker(ctx, record, ticket_id, category, "draft", task, trace)
+    if not result.ok:
+        error = result.error or "no draft"
+        return fail_ticket(ctx, ticket_id, "fanout", error, handler, result.usage)
+    trace.emit("worker_done", round=1, calls=result.usage.calls, tokens=result.usage.tokens)
+    return _drafted(ctx, ticket_id, result.text or "", handler, result.usage)
+
+
+def _drafted(
+    ctx: Context, ticket_id: str, text: str, handler: str, usage: StepUsage
+) -> dict[str, str]:
+    """Leave the draft in the run folder for merge, and mark the ticket drafted."""
     atomic.write_text(ctx.store.draft_path(ticket_id), text.strip() + "\n")
     with ctx.store.update() as rec:
         t = rec.tickets[ticket_id]
@@ -238,7 +232,8 @@ class ReviewLoop:
         self.ticket = record.tickets[ticket_id]
         self.path = Path(record.workspace) / (self.ticket.file or f"out/{ticket_id}.txt")
         self.text = self.path.read_text(encoding="utf-8").strip()
-        self.rounds, self.reports, self.usage = 0, list[str](), StepUsage()
+        self.rounds, self.usage = 0, StepUsage()
+        self.reports: list[str] = []
 
     def check(self) -> gate.GateResult:
         """Gate the current text and trace the verdict of this round."""
