@@ -1,0 +1,281 @@
+"""Flower watches a distributed run: a `ticketgraph worker` subprocess, Flower as a subprocess,
+a private Redis, the scripted provider, and `ticketgraph run` submitting to that broker.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx
+import pytest
+from celery import states
+
+from orchestrator.redis_server import RedisServer
+from workers.provider import running_provider
+
+REPO = Path(__file__).resolve().parents[2]
+DEMO_SCENARIOS = REPO / "orchestrator" / "demo" / "scenarios" / "demo.yaml"
+
+# One run of the six demo tickets: one route, a draft and a review per ticket, one merge and
+# one report.
+GRAPH_TASKS = {
+    "orchestrator.route": 1,
+    "orchestrator.draft": 6,
+    "orchestrator.merge": 1,
+    "orchestrator.review": 6,
+    "orchestrator.report": 1,
+}
+DEMO_EXIT_CODE = 1  # T-1004 needs a human
+
+# Bounds, not sleeps: every wait polls and returns as soon as its condition holds.
+WAIT_S = 30.0
+POLL_S = 0.1
+RUN_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 10.0
+
+T = TypeVar("T")
+
+
+@dataclass
+class Spawned:
+    """A child process and the file its output goes to."""
+
+    name: str
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    def tail(self, chars: int = 2000) -> str:
+        """The end of its output, for failure messages."""
+        text = self.log.read_text(errors="replace") if self.log.exists() else ""
+        return f"--- {self.name} (pid {self.process.pid}) ---\n{text[-chars:]}"
+
+    def assert_alive(self) -> None:
+        """Fail at once, with its output, if it has exited."""
+        if self.process.poll() is not None:
+            pytest.fail(f"{self.name} exited with {self.process.returncode}\n{self.tail()}")
+
+
+Spawn = Callable[[str, list[str]], Spawned]
+
+
+# --- fixtures ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def broker_url() -> Iterator[str]:
+    """A private redis-server on a free TCP port, stopped by PID at teardown."""
+    with RedisServer(tcp=True) as server:
+        yield server.url
+
+
+@pytest.fixture
+def model_url() -> Iterator[str]:
+    """The scripted provider serving the demo scenarios, in a background thread."""
+    with running_provider(DEMO_SCENARIOS) as url:
+        yield url
+
+
+@pytest.fixture
+def spawn(tmp_path: Path, env: dict[str, str]) -> Iterator[Spawn]:
+    """Factory: start a child process with `env`, logging to tmp_path; all are stopped by PID
+    at teardown, before the broker and the model they use."""
+    children: list[Spawned] = []
+
+    def start(name: str, args: list[str]) -> Spawned:
+        log = tmp_path / f"{name}.log"
+        with log.open("wb") as out:
+            process = subprocess.Popen(
+                args, cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT
+            )
+        children.append(Spawned(name, process, log))
+        return children[-1]
+
+    try:
+        yield start
+    finally:
+        for child in reversed(children):
+            _stop(child.process)
+
+
+@pytest.fixture
+def env(broker_url: str, model_url: str) -> dict[str, str]:
+    """This machine's environment minus any ticketgraph settings, plus the broker and model
+    (and Flower's API opened without a login)."""
+    clean = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("TICKETGRAPH_", "LLM_", "FLOWER_"))
+        and k not in ("POOL_SIZE", "STOP_AFTER")
+    }
+    return {
+        **clean,
+        "TICKETGRAPH_BROKER_URL": broker_url,
+        "LLM_BASE_URL": model_url,
+        "FLOWER_UNAUTHENTICATED_API": "true",
+    }
+
+
+@pytest.fixture
+def worker(spawn: Spawn) -> Spawned:
+    """`ticketgraph worker` on the threads pool, named w1@<host>."""
+    args = ["worker", "--pool", "threads", "--concurrency", "2", "--hostname", "w1@%h"]
+    return spawn("worker", [sys.executable, "-m", "orchestrator.cli", *args])
+
+
+@dataclass
+class Flower:
+    """A running Flower: its process and an HTTP client for it."""
+
+    child: Spawned
+    client: httpx.Client
+
+    def get(self, path: str, **params: Any) -> Any:
+        """JSON for /api/*, text otherwise; None while Flower does not answer 200."""
+        try:
+            response = self.client.get(path, params=params)
+        except httpx.TransportError:
+            return None
+        if response.status_code != 200:
+            return None
+        return response.json() if path.startswith("/api/") else response.text
+
+
+@pytest.fixture
+def flower(spawn: Spawn, broker_url: str) -> Iterator[Flower]:
+    """Flower on a free loopback port with its API open, answering."""
+    port = _free_port()
+    args = ["--broker=" + broker_url, "flower", f"--port={port}", "--address=127.0.0.1"]
+    child = spawn("flower", [sys.executable, "-m", "celery", *args])
+    with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10.0) as client:
+        ui = Flower(child, client)
+        _poll(lambda: ui.get("/healthcheck"), lambda text: text == "OK", "Flower", child)
+        yield ui
+
+
+# --- the test ------------------------------------------------------------------------------
+
+
+def test_flower_sees_the_worker_and_every_graph_task(
+    tmp_path: Path, env: dict[str, str], worker: Spawned, flower: Flower
+) -> None:
+    # Task events travel over Redis pub/sub, which drops what nobody listens to: start the
+    # run only once Flower has heard the worker, so it hears every task of the run too.
+    metrics = _poll(
+        lambda: flower.get("/metrics"),
+        _worker_online,
+        "Flower to see the worker online through its events",
+        worker,
+        flower.child,
+    )
+    name = _worker_online(metrics)
+    assert name is not None
+
+    workspace = tmp_path / "demo"
+    init = _cli(env, "init", str(workspace))
+    assert init.returncode == 0, init.stderr
+    run = _cli(env, "run", "--workspace", str(workspace), "--timeout", str(RUN_TIMEOUT_S))
+    assert run.returncode == DEMO_EXIT_CODE, f"{run.stdout}\n{run.stderr}\n{worker.tail()}"
+
+    workers = _poll(
+        lambda: flower.get("/api/workers", refresh=1),
+        lambda found: "stats" in found.get(name, {}),
+        f"Flower's /api/workers to list {name}",
+        worker,
+        flower.child,
+    )
+    assert workers[name]["stats"]["pool"]["max-concurrency"] == 2
+
+    tasks = _poll(
+        lambda: flower.get("/api/tasks"),
+        lambda found: _finished(found) == GRAPH_TASKS,
+        "Flower's /api/tasks to show every graph task finished",
+        worker,
+        flower.child,
+    )
+    graph_tasks = [t for t in tasks.values() if t["name"] in GRAPH_TASKS]
+    assert Counter(t["name"] for t in graph_tasks) == GRAPH_TASKS
+    failed = [t for t in graph_tasks if t["state"] != states.SUCCESS]
+    assert not failed, f"{failed}\n{worker.tail()}"
+    assert {t["worker"] for t in graph_tasks} == {name}
+
+    page = flower.client.get("/metrics")
+    assert page.headers["content-type"].startswith("text/plain")
+    assert "# TYPE flower_events_total counter" in page.text
+    succeeded = (
+        f'flower_events_total{{task="orchestrator.report",type="task-succeeded",worker="{name}"}}'
+    )
+    assert succeeded in page.text
+
+
+# --- helpers -------------------------------------------------------------------------------
+
+
+def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """`ticketgraph ARGS` as a real subprocess with the broker environment."""
+    return subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S + 30,
+    )
+
+
+def _poll(
+    fetch: Callable[[], T | None], done: Callable[[T], Any], what: str, *children: Spawned
+) -> T:
+    """Fetch until `done` holds, for at most WAIT_S; fail early if one of `children` exited."""
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        value = fetch()
+        if value is not None and done(value):
+            return value
+        for child in children:
+            child.assert_alive()
+        if time.monotonic() > deadline:
+            logs = "\n".join(child.tail() for child in children)
+            pytest.fail(f"waited {WAIT_S:.0f} s for {what}; last answer: {value!r:.1000}\n{logs}")
+        time.sleep(POLL_S)
+
+
+def _worker_online(metrics: str) -> str | None:
+    """The w1 worker's name if Flower's metrics show it online."""
+    found = re.search(r'^flower_worker_online\{worker="(w1@[^"]+)"\} 1\.0$', metrics, re.M)
+    return found.group(1) if found else None
+
+
+def _finished(tasks: dict[str, Any]) -> Counter[str]:
+    """How many tasks of each graph name Flower shows in a final state (success or not)."""
+    return Counter(
+        t["name"]
+        for t in tasks.values()
+        if t["name"] in GRAPH_TASKS and t["state"] in states.READY_STATES
+    )
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM by PID (a warm shutdown for Celery and Flower); SIGKILL if it lingers."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(STOP_TIMEOUT_S)
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
