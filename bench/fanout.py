@@ -30,7 +30,11 @@ def run_once(workspace: Path, pool: int) -> dict[str, int]:
         env.pop(key, None)
     done = subprocess.run(
         [sys.executable, "-m", "orchestrator.cli", "run"],
-        cwd=workspace, env=env, capture_output=True, text=True, timeout=120,
+        cwd=workspace,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     if done.returncode != 1:
         raise RuntimeError(f"demo run exited {done.returncode}: {done.stderr}")
@@ -46,8 +50,11 @@ def main() -> None:
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
         workspace = Path(tmp) / "demo"
-        subprocess.run([sys.executable, "-m", "orchestrator.cli", "init", str(workspace)],
-                       check=True, capture_output=True)
+        subprocess.run(
+            [sys.executable, "-m", "orchestrator.cli", "init", str(workspace)],
+            check=True,
+            capture_output=True,
+        )
         for pool in (2, 1):
             samples = [run_once(workspace, pool) for _ in range(args.runs)]
             fanout = sorted(s["fanout"] for s in samples)
