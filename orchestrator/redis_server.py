@@ -5,7 +5,6 @@ process on a unix socket (or a TCP port), persisting nothing, and stopped by its
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import shutil
 import signal
 import socket
@@ -22,6 +21,12 @@ from orchestrator.errors import BrokerError
 START_TIMEOUT_S = 10.0
 STOP_TIMEOUT_S = 10.0
 PR_SET_PDEATHSIG = 1
+# Resolved before any fork: a preexec function must not look libraries up (that spawns ldconfig).
+try:
+    _LIBC: ctypes.CDLL | None = ctypes.CDLL(None, use_errno=True)
+    _LIBC.prctl  # noqa: B018 — only Linux has it; elsewhere the server is stopped by PID only
+except (OSError, AttributeError):
+    _LIBC = None
 
 
 class RedisServer:
@@ -70,7 +75,10 @@ class RedisServer:
             args += ["--unixsocket", str(self.socket), "--unixsocketperm", "700"]
         try:
             self.process = subprocess.Popen(
-                args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+                args,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                preexec_fn=_die_with_parent,
             )
         except OSError as exc:
             raise BrokerError(f"cannot start the embedded redis-server: {exc}") from exc
@@ -129,9 +137,6 @@ def _free_port() -> int:
 
 
 def _die_with_parent() -> None:
-    """In the child: ask Linux to SIGTERM it when its parent dies, even by SIGKILL."""
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    except (OSError, AttributeError):
-        pass  # not Linux: the server is still stopped by PID on a normal exit
+    """In the child, before exec: have Linux SIGTERM it when its parent dies, even by SIGKILL."""
+    if _LIBC is not None:
+        _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)

@@ -124,3 +124,16 @@ def variant(scripts: list[dict[str, Any]], name: str, **changes: Any) -> list[di
     out = copy.deepcopy(scripts)
     next(s for s in out if s["name"] == name).update(changes)
     return out
+
+
+def embedded_redis_servers() -> set[str]:
+    """Command lines of running redis-server processes started for embedded runs."""
+    found = set()
+    for proc in Path("/proc").iterdir():
+        try:
+            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if "redis-server" in cmd and "tg-redis-" in cmd:
+            found.add(cmd)
+    return found

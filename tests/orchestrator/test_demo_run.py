@@ -13,6 +13,7 @@ from tests.orchestrator.conftest import (
     REFERENCE_TICKETS,
     Cli,
     demo_scripts,
+    embedded_redis_servers,
     events,
     node_numbers,
     state,
@@ -23,21 +24,8 @@ from tests.orchestrator.conftest import (
 from workers.provider import running_provider
 
 
-def _redis_servers() -> set[str]:
-    """Command lines of running redis-server processes started for embedded runs."""
-    found = set()
-    for proc in Path("/proc").iterdir():
-        try:
-            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        if "redis-server" in cmd and "tg-redis-" in cmd:
-            found.add(cmd)
-    return found
-
-
 def test_demo_run_reproduces_the_reference_table(demo: Path, cli: Cli) -> None:
-    before = _redis_servers()
+    before = embedded_redis_servers()
     done = cli("run", cwd=demo)
     assert done.returncode == 1, done.stderr
     record = state(demo)
@@ -64,7 +52,7 @@ def test_demo_run_reproduces_the_reference_table(demo: Path, cli: Cli) -> None:
     out = done.stdout
     assert "=== Graph run summary ===" in out and "=== Per ticket ===" in out
     assert "T-1004 (no_progress)" in out and record["run_id"] in out
-    assert _redis_servers() <= before, "the embedded redis-server outlived the run"
+    assert embedded_redis_servers() <= before, "the embedded redis-server outlived the run"
 
 
 def test_all_pass_exits_zero(demo: Path, cli: Cli) -> None:

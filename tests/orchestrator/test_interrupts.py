@@ -17,6 +17,7 @@ from tests.orchestrator.conftest import (
     REFERENCE_TICKETS,
     Cli,
     demo_scripts,
+    embedded_redis_servers,
     node_numbers,
     state,
     ticket_rows,
@@ -59,6 +60,13 @@ def _wait_for_turn(workspace: Path, ticket: str, timeout: float = 30) -> None:
         time.sleep(0.02)
 
 
+def _wait_gone(servers: set[str], timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while servers & embedded_redis_servers():
+        assert time.monotonic() < deadline, "the embedded redis-server outlived its killed parent"
+        time.sleep(0.05)
+
+
 def _turns(workspace: Path) -> int:
     lines = (workspace / "run.jsonl").read_text().splitlines()
     return sum(json.loads(x)["event"] == "turn" for x in lines)
@@ -88,8 +96,10 @@ def test_a_killed_run_resumes_without_paying_twice(demo: Path, cli: Cli, tmp_pat
         run = _start_run(demo, url)
         _wait_for_turn(demo, "T-1001")
         in_flight = httpx.get(stats_url).json()["in_flight"]
+        servers = embedded_redis_servers()
         os.kill(run.pid, signal.SIGKILL)
         run.wait(10)
+        _wait_gone(servers)  # the embedded redis-server dies with its parent, even by SIGKILL
         run_id = state(demo)["run_id"]
         resumed = cli("resume", run_id, cwd=demo, env={"LLM_BASE_URL": url})
         requests = httpx.get(stats_url).json()["requests"]
