@@ -9,7 +9,7 @@ run folder and a ticket id, never a payload.
 
 from __future__ import annotations
 
-from celery import chain, chord
+from celery import Task, chain, chord
 from celery.canvas import Signature
 
 from orchestrator import tasks
@@ -28,7 +28,7 @@ def plan(run_dir: str, ticket_ids: list[str], pool_size: int, stop_after: str | 
     return chain(*steps)
 
 
-def lanes(task: tasks.Task, run_dir: str, ticket_ids: list[str], pool_size: int) -> list[Signature]:
+def lanes(task: Task, run_dir: str, ticket_ids: list[str], pool_size: int) -> list[Signature]:
     """`pool_size` chains of per-ticket tasks, tickets dealt round-robin."""
     width = max(1, min(pool_size, len(ticket_ids)))
     return [chain(*(task.si(run_dir, t) for t in ticket_ids[lane::width])) for lane in range(width)]

@@ -9,8 +9,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from celery import Task
-
 from orchestrator import nodes
 from orchestrator.app import app, worker_llm
 from orchestrator.runstate import RunStore, record_crash
@@ -31,39 +29,42 @@ def _crash_on_error(run_dir: str, step: Callable[[nodes.Context], T]) -> T:
         raise
 
 
-@app.task(name="orchestrator.route", bind=True)
-def route(self: Task, run_dir: str) -> dict[str, int]:
+def _per_ticket(
+    run_dir: str, ticket_id: str, node: str, step: Callable[[nodes.Context, str], T]
+) -> T | dict[str, str]:
+    """Run a per-ticket step; a failure becomes the ticket's verdict, never a chord error."""
+    ctx = _ctx(run_dir)
+    try:
+        return step(ctx, ticket_id)
+    except Exception as exc:
+        return nodes.fail_ticket(ctx, ticket_id, node, f"{type(exc).__name__}: {exc}")
+
+
+@app.task(name="orchestrator.route")
+def route(run_dir: str) -> dict[str, int]:
     """Classify every claimed ticket with one model call."""
     return _crash_on_error(run_dir, nodes.route)
 
 
-@app.task(name="orchestrator.draft", bind=True)
-def draft(self: Task, run_dir: str, ticket_id: str) -> dict[str, str]:
+@app.task(name="orchestrator.draft")
+def draft(run_dir: str, ticket_id: str) -> dict[str, str]:
     """Draft one ticket; a failure becomes that ticket's verdict."""
-    ctx = _ctx(run_dir)
-    try:
-        return nodes.draft(ctx, ticket_id)
-    except Exception as exc:
-        return nodes.fail_ticket(ctx, ticket_id, "fanout", f"{type(exc).__name__}: {exc}")
+    return _per_ticket(run_dir, ticket_id, "fanout", nodes.draft)
 
 
-@app.task(name="orchestrator.merge", bind=True)
-def merge(self: Task, run_dir: str) -> dict[str, int]:
+@app.task(name="orchestrator.merge")
+def merge(run_dir: str) -> dict[str, int]:
     """Publish drafts to out/ and collect references."""
     return _crash_on_error(run_dir, nodes.merge)
 
 
-@app.task(name="orchestrator.review", bind=True)
-def review(self: Task, run_dir: str, ticket_id: str) -> dict[str, str]:
+@app.task(name="orchestrator.review")
+def review(run_dir: str, ticket_id: str) -> dict[str, str]:
     """Gate and rewrite one draft; a failure becomes that ticket's verdict."""
-    ctx = _ctx(run_dir)
-    try:
-        return nodes.review(ctx, ticket_id)
-    except Exception as exc:
-        return nodes.fail_ticket(ctx, ticket_id, "review", f"{type(exc).__name__}: {exc}")
+    return _per_ticket(run_dir, ticket_id, "review", nodes.review)
 
 
-@app.task(name="orchestrator.report", bind=True)
-def report(self: Task, run_dir: str) -> dict[str, int]:
+@app.task(name="orchestrator.report")
+def report(run_dir: str) -> dict[str, int]:
     """Render the report and record the exit code."""
     return _crash_on_error(run_dir, nodes.finish_report)
