@@ -64,8 +64,7 @@ def test_all_pass_exits_zero(demo: Path, cli: Cli) -> None:
 
 def test_stop_after_merge_then_resume_pays_only_for_review(demo: Path, cli: Cli) -> None:
     with running_provider(DEMO_SCENARIOS) as url:
-        env = {"LLM_BASE_URL": url, "STOP_AFTER": "merge"}
-        stopped = cli("run", cwd=demo, env=env)
+        stopped = cli("run", "--stop-after", "merge", cwd=demo, env={"LLM_BASE_URL": url})
         assert stopped.returncode == 2, stopped.stderr
         record = state(demo)
         assert {t["status"] for t in record["tickets"].values()} == {"drafted"}

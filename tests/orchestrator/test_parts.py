@@ -96,3 +96,13 @@ def test_init_never_overwrites_a_users_files(tmp_path: Path) -> None:
     created, kept = init_demo(tmp_path / "ws")
     assert not created and mine in kept
     assert mine.read_text() == "my own ticket"
+
+
+def test_time_limits_must_stay_below_the_visibility_timeout() -> None:
+    from pydantic import ValidationError
+
+    from orchestrator.settings import GraphSettings
+
+    GraphSettings(soft_time_limit_s=50, time_limit_s=60, visibility_timeout_s=70)
+    with pytest.raises(ValidationError, match="visibility_timeout_s"):
+        GraphSettings(soft_time_limit_s=50, time_limit_s=60, visibility_timeout_s=60)

@@ -203,3 +203,20 @@ def test_runaway_child_stops_at_its_own_cap(run_scenario: RunScenario, tmp_path:
     assert len(child_turns) == 6 and len(parent_turns) == 2
     # The child's spend is charged to the parent, and stays inside the parent's budget.
     assert child_stop["cost_usd"] < state.cost_usd < 0.05
+
+
+def test_child_budget_is_capped_by_what_the_parent_has_left(
+    run_scenario: RunScenario, tmp_path: Path
+) -> None:
+    # The parent's first turn costs about $0.001; the child's own limit ($0.05) is far above
+    # what is left of $0.003, so the child must stop on the parent's remainder.
+    state, _ = run_scenario("research_runaway", budget=0.003)
+    events = trace.read(tmp_path / "trace.jsonl")
+    child_stop = next(e for e in events if e["event"] == "run_stopped" and e.get("sub_agent"))
+    assert child_stop["status"] == "budget_exceeded" and child_stop["turns"] < 6
+    parent_first_turn = next(e for e in events if e["event"] == "turn" and not e.get("sub_agent"))
+    left = 0.003 - parent_first_turn["cost_usd"]
+    child_turns = [e for e in events if e["event"] == "turn" and e.get("sub_agent")]
+    last_turn = child_turns[-1]["cost_usd"] - child_turns[-2]["cost_usd"]
+    assert left <= child_stop["cost_usd"] < left + last_turn
+    assert state.status is RunStatus.BUDGET_EXCEEDED  # the parent then stops on its own budget
