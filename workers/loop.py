@@ -23,8 +23,6 @@ from workers.state import Interruption, Message, RunState, RunStatus, ToolCall, 
 from workers.tools import Catalog, Tool, ToolContext
 from workers.trace import Tracer
 
-Status = RunStatus
-
 
 class ToolErrors(StrEnum):
     """What the model is told when a tool fails."""
@@ -60,9 +58,9 @@ class Harness:
 
 def run(state: RunState, h: Harness) -> RunState:
     """Drive `state` to one of the five exits; calling it again on a stopped run resumes it."""
-    if state.status in (Status.COMPLETED, Status.FAILED):
+    if state.status in (RunStatus.COMPLETED, RunStatus.FAILED):
         return state
-    state.status, state.interruption = Status.RUNNING, None
+    state.status, state.interruption = RunStatus.RUNNING, None
     while True:
         if h.cancel.cancelled:
             return _cancelled(state, h)
@@ -72,15 +70,15 @@ def run(state: RunState, h: Harness) -> RunState:
             continue
         if (answer := _final_answer(state)) is not None:
             state.output = answer
-            return _stop(state, h, Status.COMPLETED)
+            return _stop(state, h, RunStatus.COMPLETED)
         if h.limits.max_turns is not None and state.turns >= h.limits.max_turns:
-            return _stop(state, h, Status.MAX_TURNS_EXCEEDED, Interruption(type="max_turns"))
+            return _stop(state, h, RunStatus.MAX_TURNS_EXCEEDED, Interruption(type="max_turns"))
         if h.limits.budget_usd is not None and state.cost_usd >= h.limits.budget_usd:
-            return _stop(state, h, Status.BUDGET_EXCEEDED, Interruption(type="max_budget"))
+            return _stop(state, h, RunStatus.BUDGET_EXCEEDED, Interruption(type="max_budget"))
         try:
             reply = h.client.complete(state.model, state.messages, h.catalog.schemas())
         except ProviderError as exc:
-            return _stop(state, h, Status.FAILED, error=str(exc))
+            return _stop(state, h, RunStatus.FAILED, error=str(exc))
         _record_reply(state, h, reply)
 
 
@@ -153,7 +151,7 @@ def _answer(state: RunState, h: Harness, call: ToolCall) -> str:
         interruption = Interruption(
             type="approval", call_id=call.id, tool=name, args=args.model_dump()
         )
-        raise _Stop(_stop(state, h, Status.INTERRUPTED, interruption))
+        raise _Stop(_stop(state, h, RunStatus.INTERRUPTED, interruption))
     if h.dedupe and tool.read_only and (earlier := _earlier_result(state, call)) is not None:
         h.tracer.emit("tool_result", tool=name, call_id=call.id, ms=0, ok=True, deduped=True)
         return earlier
@@ -223,7 +221,9 @@ def _tool_failed(state: RunState, h: Harness, call: ToolCall, exc: Exception) ->
                 role="tool", tool_call_id=call.id, name=call.function.name, content=f"Error: {exc}"
             )
         )
-        raise _Stop(_stop(state, h, Status.FAILED, error=f"{kind} in {call.function.name}: {exc}"))
+        raise _Stop(
+            _stop(state, h, RunStatus.FAILED, error=f"{kind} in {call.function.name}: {exc}")
+        )
     return "Error" if h.tool_errors is ToolErrors.BARE else f"Error: {exc}"
 
 
@@ -243,7 +243,7 @@ def _earlier_result(state: RunState, call: ToolCall) -> str | None:
 
 def _cancelled(state: RunState, h: Harness) -> RunState:
     reason = h.cancel.reason or "cancelled"
-    return _stop(state, h, Status.INTERRUPTED, Interruption(type="cancelled", reason=reason))
+    return _stop(state, h, RunStatus.INTERRUPTED, Interruption(type="cancelled", reason=reason))
 
 
 def _stop(
