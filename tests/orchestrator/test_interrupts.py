@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -67,6 +68,12 @@ def _wait_gone(servers: set[str], timeout: float = 10) -> None:
         time.sleep(0.05)
 
 
+def _remove_server_dirs(servers: set[str]) -> None:
+    for cmd in servers:
+        socket = next(arg for arg in cmd.split() if arg.startswith("unixsocket:"))
+        shutil.rmtree(Path(socket.removeprefix("unixsocket:")).parent, ignore_errors=True)
+
+
 def _turns(workspace: Path) -> int:
     lines = (workspace / "run.jsonl").read_text().splitlines()
     return sum(json.loads(x)["event"] == "turn" for x in lines)
@@ -100,6 +107,7 @@ def test_a_killed_run_resumes_without_paying_twice(demo: Path, cli: Cli, tmp_pat
         os.kill(run.pid, signal.SIGKILL)
         run.wait(10)
         _wait_gone(servers)  # the embedded redis-server dies with its parent, even by SIGKILL
+        _remove_server_dirs(servers)  # a killed parent could not remove its server's folder
         run_id = state(demo)["run_id"]
         resumed = cli("resume", run_id, cwd=demo, env={"LLM_BASE_URL": url})
         requests = httpx.get(stats_url).json()["requests"]
