@@ -144,12 +144,13 @@ def _run(args: argparse.Namespace) -> int:
         print(f"ticketgraph run: {exc}", file=sys.stderr)
         return EXIT_CRASHED
     print(console.claimed(store.read()), flush=True)
-    code = runner.execute(store, _settings(args), HarnessSettings())  # type: ignore[arg-type]
-    return _print_outcome(store, code)
+    printer = console.ProgressPrinter()
+    code = runner.execute(store, _settings(args), HarnessSettings(), printer)  # type: ignore[arg-type]
+    return _print_outcome(store, code, printer)
 
 
 def _resume(args: argparse.Namespace) -> int:
-    from orchestrator import runner, runstate
+    from orchestrator import console, runner, runstate
     from orchestrator.errors import GraphError
     from workers.settings import HarnessSettings
 
@@ -159,16 +160,16 @@ def _resume(args: argparse.Namespace) -> int:
     except GraphError as exc:
         print(f"ticketgraph resume: {exc}", file=sys.stderr)
         return EXIT_CRASHED
-    code = runner.execute(store, _settings(args), HarnessSettings())  # type: ignore[arg-type]
-    return _print_outcome(store, code)
+    printer = console.ProgressPrinter()
+    code = runner.execute(store, _settings(args), HarnessSettings(), printer)  # type: ignore[arg-type]
+    return _print_outcome(store, code, printer)
 
 
-def _print_outcome(store: object, code: int) -> int:
+def _print_outcome(store: object, code: int, printer: Callable[[object], None]) -> int:
     from orchestrator import console
 
     record = store.read()  # type: ignore[attr-defined]
-    for line in console.progress(record):
-        print(line)
+    printer(record)
     text = console.outcome(store, record)  # type: ignore[arg-type]
     print(text, end="", file=sys.stderr if code == EXIT_CRASHED else sys.stdout)
     return code

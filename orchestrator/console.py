@@ -13,24 +13,38 @@ def claimed(record: RunRecord) -> str:
 
 def progress(record: RunRecord) -> list[str]:
     """One line per finished node, as in the seed."""
-    lines = []
+    done = {name for name, node in record.nodes.items() if node.status == "ok"}
     tickets = record.tickets.values()
-    if "route" in record.nodes:
+    lines = []
+    if "route" in done:
         routes = "  ".join(f"{i}={t.category}" for i, t in record.tickets.items())
         lines.append(f"[route] {routes}")
-    if record.nodes.get("fanout", None) and record.nodes["fanout"].status == "ok":
+    if "fanout" in done:
         drafted = sum(t.draft.calls > 0 or t.handler == "template" for t in tickets)
         failed = sum(t.stop == "worker_failed" and t.file is None for t in tickets)
         extra = f", {failed} failed" if failed else ""
         lines.append(f"[fanout] pool size {record.config.pool_size}, {drafted} drafts{extra}")
-    if record.nodes.get("merge") and record.nodes["merge"].status == "ok":
+    if "merge" in done:
         files = sum(t.file is not None for t in tickets)
-        lines.append(
-            f"[merge] wrote {files} files to out/, passing on references and one-line summaries"
-        )
-    if record.nodes.get("review") and record.nodes["review"].status == "ok":
+        lines.append(f"[merge] wrote {files} files to out/, passing on references and summaries")
+    if "review" in done:
         lines.append(f"[review] gate rewrites: {record.nodes['review'].rounds} rounds in total")
     return lines
+
+
+class ProgressPrinter:
+    """Prints each node's progress line once, as soon as the record shows the node done."""
+
+    def __init__(self) -> None:
+        self.printed: set[str] = set()
+
+    def __call__(self, record: RunRecord) -> None:
+        """Print the lines of nodes finished since the last call."""
+        for line in progress(record):
+            node = line.split("]", 1)[0]
+            if node not in self.printed:
+                self.printed.add(node)
+                print(line, flush=True)
 
 
 def outcome(store: RunStore, record: RunRecord) -> str:

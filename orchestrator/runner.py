@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from celery import Celery
@@ -78,8 +78,16 @@ def reopen(store: RunStore) -> RunRecord:
     return record
 
 
-def execute(store: RunStore, settings: GraphSettings, llm: HarnessSettings) -> int:
-    """Submit the run's canvas and wait for its verdict; return the run's exit code."""
+def execute(
+    store: RunStore,
+    settings: GraphSettings,
+    llm: HarnessSettings,
+    on_update: Callable[[RunRecord], None] = lambda _record: None,
+) -> int:
+    """Submit the run's canvas and wait for its verdict; return the run's exit code.
+
+    `on_update` sees the run record each time it changes while the run goes on.
+    """
     record = store.read()
     if record.status is RunPhase.DONE and record.exit_code is not None:
         return record.exit_code
@@ -88,7 +96,7 @@ def execute(store: RunStore, settings: GraphSettings, llm: HarnessSettings) -> i
             _finish_empty(store)
         else:
             with _celery(Workspace(Path(record.workspace)), settings, llm, record.config.pool_size):
-                _submit_and_wait(store, record, settings.run_timeout_s)
+                _submit_and_wait(store, record, settings.run_timeout_s, on_update)
     except KeyboardInterrupt:
         return _interrupted(store, embedded_run=not settings.broker_url)
     except Exception as exc:
@@ -107,7 +115,9 @@ def _interrupted(store: RunStore, embedded_run: bool) -> int:
     return EXIT_STOPPED
 
 
-def _submit_and_wait(store: RunStore, record: RunRecord, timeout: float) -> None:
+def _submit_and_wait(
+    store: RunStore, record: RunRecord, timeout: float, on_update: Callable[[RunRecord], None]
+) -> None:
     """Send the canvas, then watch the run record until the run leaves `running`.
 
     Tasks record their own crashes in the record, so a failed step ends the wait at once;
@@ -118,7 +128,11 @@ def _submit_and_wait(store: RunStore, record: RunRecord, timeout: float) -> None
     )
     result = canvas.apply_async()
     deadline = time.monotonic() + timeout
-    while store.read().status is RunPhase.RUNNING:
+    seen = record.updated_at
+    while (current := store.read()).status is RunPhase.RUNNING:
+        if current.updated_at != seen:
+            seen = current.updated_at
+            on_update(current)
         if result.failed():
             result.maybe_throw()
         if time.monotonic() > deadline:

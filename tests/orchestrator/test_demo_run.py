@@ -52,6 +52,12 @@ def test_demo_run_reproduces_the_reference_table(demo: Path, cli: Cli) -> None:
     out = done.stdout
     assert "=== Graph run summary ===" in out and "=== Per ticket ===" in out
     assert "T-1004 (no_progress)" in out and record["run_id"] in out
+    routes = (
+        "[route] T-1001=billing  T-1002=bug  T-1003=other  T-1004=billing  T-1005=bug  T-1006=other"
+    )
+    marks = [routes, "[fanout] pool size 2, 6 drafts", "[merge] wrote 6 files", "[review]", "==="]
+    positions = [out.index(mark) for mark in marks]
+    assert positions == sorted(positions), "progress lines print once each, in node order"
     assert embedded_redis_servers() <= before, "the embedded redis-server outlived the run"
 
 
