@@ -17,7 +17,6 @@ class HarnessSettings(BaseSettings):
         default=None, description="OpenAI-compatible base URL, e.g. http://127.0.0.1:8400/v1"
     )
     api_key: str | None = None
-    model: str = "scripted"
     connect_timeout_s: float = 5.0
     read_timeout_s: float = 120.0
     max_retries: int = Field(default=2, description="retries on 429/503, honouring Retry-After")
