@@ -220,16 +220,22 @@ def _worker(args: argparse.Namespace) -> int:
 
 
 def _add_provider(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    from workers.provider import server
+    from workers.provider import options
 
     p = sub.add_parser(
         "provider",
         help="serve the scripted OpenAI-compatible model over HTTP",
-        description=server.HELP,
+        description=options.HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    server.add_arguments(p)
-    p.set_defaults(handler=server.run_from_args)
+    options.add_arguments(p)
+    p.set_defaults(handler=_provider)
+
+
+def _provider(args: argparse.Namespace) -> int:
+    from workers.provider.server import run_from_args
+
+    return run_from_args(args)
 
 
 def _add_harness(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

@@ -2,69 +2,47 @@
 
 Tests and demos point the harness's model client at it; `harness` is the built-in scenario
 set of the agent-harness chapter. See `scenario.py` for the file format.
+
+Names load on first use, so importing `workers.provider.options` (the CLI does, for --help)
+does not import the server, and `python -m workers.provider.server` does not warn that the
+module was already imported.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import importlib
+from typing import Any
 
-from workers.provider.app import ProviderState, Stats, create_app
-from workers.provider.scenario import (
-    TOKENS_PER_MESSAGE,
-    TOKENS_REPLY_PRIMING,
-    ChatRequest,
-    ConversationView,
-    Fault,
-    FixedUsage,
-    RenderedReply,
-    Reply,
-    Scenario,
-    Script,
-    ToolCallSpec,
-    When,
-    builtin_names,
-    load_scenario,
-    prompt_tokens,
-    render_reply,
-)
+_HOME = {
+    "app": ("ProviderState", "Stats", "create_app"),
+    "scenario": (
+        "TOKENS_PER_MESSAGE",
+        "TOKENS_REPLY_PRIMING",
+        "ChatRequest",
+        "ConversationView",
+        "Fault",
+        "FixedUsage",
+        "RenderedReply",
+        "Reply",
+        "Scenario",
+        "Script",
+        "ToolCallSpec",
+        "When",
+        "builtin_names",
+        "load_scenario",
+        "prompt_tokens",
+        "render_reply",
+    ),
+    "server": ("main", "running_provider", "serve"),
+}
+_MODULE_OF = {name: module for module, names in _HOME.items() for name in names}
 
-if TYPE_CHECKING:
-    from workers.provider.server import main, running_provider, serve
-
-__all__ = [
-    "TOKENS_PER_MESSAGE",
-    "TOKENS_REPLY_PRIMING",
-    "ChatRequest",
-    "ConversationView",
-    "Fault",
-    "FixedUsage",
-    "ProviderState",
-    "RenderedReply",
-    "Reply",
-    "Scenario",
-    "Script",
-    "Stats",
-    "ToolCallSpec",
-    "When",
-    "builtin_names",
-    "create_app",
-    "load_scenario",
-    "main",
-    "prompt_tokens",
-    "render_reply",
-    "running_provider",
-    "serve",
-]
-
-_SERVER_NAMES = ("main", "running_provider", "serve")
+__all__ = sorted(_MODULE_OF)
 
 
 def __getattr__(name: str) -> Any:
-    """Import the server names on first use."""
-    # Importing `server` eagerly here would make `python -m workers.provider.server` find the
-    # module already in sys.modules and warn that it may run twice.
-    if name in _SERVER_NAMES:
-        from workers.provider import server
-
-        return getattr(server, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    """Import a public name from its module on first use."""
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"workers.provider.{module}"), name)

@@ -1,0 +1,48 @@
+"""The provider's command-line options and help, importable without the server's weight.
+
+`ticketgraph --help` builds every subcommand's parser; importing uvicorn and the scenario
+models for that alone cost 160 ms per invocation.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8400
+
+HELP = """\
+Serve scripted chat completions (OpenAI wire format) at http://HOST:PORT/v1.
+
+A scenario file (YAML or JSON) is a list of scripts. The first script whose `when` regexes
+all match the request answers it; its reply is picked by the turn index, i.e. the number of
+assistant messages in the request:
+
+  - name: plan
+    when: {model: "^plan$"}      # also: system, user, transcript, tool_results
+    replies:
+      - tool_calls: [{id: c1, name: list_files, arguments: {}}]
+      - text: "done"
+    after_last: error            # or repeat_last
+    latency_ms: 0
+    faults: [{turn: 0, status: 429, retry_after: 1, times: 1}]   # or malformed / hang_ms
+
+A reply is {text: ...} or {tool_calls: [{id, name, arguments}]}; arguments are a mapping
+(sent as compact JSON) or a string, and "{turn}" in an id becomes the turn index. Usage is
+counted with o200k_base unless a reply fixes it: usage: {prompt_tokens, completion_tokens}.
+
+Other endpoints: GET /stats, POST /stats/reset, GET /healthz.
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The provider's options, shared by `python -m` and `ticketgraph provider`."""
+    parser.add_argument(
+        "--scenarios",
+        default="harness",
+        metavar="FILE_OR_BUILTIN",
+        help="a scenario file (YAML or JSON), or the name of a built-in set such as harness "
+        "(default: harness)",
+    )
+    parser.add_argument("--host", default=DEFAULT_HOST, help=f"default: {DEFAULT_HOST}")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"default: {DEFAULT_PORT}")
