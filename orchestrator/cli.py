@@ -8,6 +8,11 @@ import signal
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from orchestrator.runstate import RunStore
+    from orchestrator.settings import GraphSettings
 
 EXIT_CRASHED = 3
 
@@ -119,7 +124,7 @@ def _add_resume(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
     p.set_defaults(handler=_resume)
 
 
-def _settings(args: argparse.Namespace) -> object:
+def _settings(args: argparse.Namespace) -> GraphSettings:
     from orchestrator.settings import GraphSettings
 
     overrides = {
@@ -128,49 +133,48 @@ def _settings(args: argparse.Namespace) -> object:
         "pool_size": getattr(args, "pool_size", None),
         "stop_after": getattr(args, "stop_after", None),
     }
-    base = GraphSettings()
-    return base.model_copy(update={k: v for k, v in overrides.items() if v is not None})
+    return GraphSettings().model_copy(update={k: v for k, v in overrides.items() if v is not None})
 
 
 def _run(args: argparse.Namespace) -> int:
     from orchestrator import console, runner
     from orchestrator.errors import GraphError
     from orchestrator.workspace import Workspace
-    from workers.settings import HarnessSettings
 
     try:
-        store = runner.start(Workspace(args.workspace), _settings(args))  # type: ignore[arg-type]
+        settings = _settings(args)
+        store = runner.start(Workspace(args.workspace), settings)
     except (GraphError, OSError, ValueError) as exc:
         print(f"ticketgraph run: {exc}", file=sys.stderr)
         return EXIT_CRASHED
     print(console.claimed(store.read()), flush=True)
-    printer = console.ProgressPrinter()
-    code = runner.execute(store, _settings(args), HarnessSettings(), printer)  # type: ignore[arg-type]
-    return _print_outcome(store, code, printer)
+    return _execute(store, settings)
 
 
 def _resume(args: argparse.Namespace) -> int:
-    from orchestrator import console, runner, runstate
+    from orchestrator import runner, runstate
     from orchestrator.errors import GraphError
-    from workers.settings import HarnessSettings
 
     try:
+        settings = _settings(args)
         store = runstate.find(args.workspace, args.run_id)
         runner.reopen(store)
-    except GraphError as exc:
+    except (GraphError, ValueError) as exc:
         print(f"ticketgraph resume: {exc}", file=sys.stderr)
         return EXIT_CRASHED
+    return _execute(store, settings)
+
+
+def _execute(store: RunStore, settings: GraphSettings) -> int:
+    """Run the canvas, printing node lines as they finish, then the report or the stop."""
+    from orchestrator import console, runner
+    from workers.settings import HarnessSettings
+
     printer = console.ProgressPrinter()
-    code = runner.execute(store, _settings(args), HarnessSettings(), printer)  # type: ignore[arg-type]
-    return _print_outcome(store, code, printer)
-
-
-def _print_outcome(store: object, code: int, printer: Callable[[object], None]) -> int:
-    from orchestrator import console
-
-    record = store.read()  # type: ignore[attr-defined]
+    code = runner.execute(store, settings, HarnessSettings(), printer)
+    record = store.read()
     printer(record)
-    text = console.outcome(store, record)  # type: ignore[arg-type]
+    text = console.outcome(store, record)
     print(text, end="", file=sys.stderr if code == EXIT_CRASHED else sys.stdout)
     return code
 

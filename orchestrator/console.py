@@ -13,21 +13,21 @@ def claimed(record: RunRecord) -> str:
 
 def progress(record: RunRecord) -> list[str]:
     """One line per finished node, as in the seed."""
-    done = {name for name, node in record.nodes.items() if node.status == "ok"}
     tickets = record.tickets.values()
     lines = []
-    if "route" in done:
+    if record.done("route"):
         routes = "  ".join(f"{i}={t.category}" for i, t in record.tickets.items())
         lines.append(f"[route] {routes}")
-    if "fanout" in done:
-        drafted = sum(t.draft.calls > 0 or t.handler == "template" for t in tickets)
+    if record.done("fanout"):
+        # A draft that failed leaves no file; a review that failed later still has one.
         failed = sum(t.stop == "worker_failed" and t.file is None for t in tickets)
         extra = f", {failed} failed" if failed else ""
+        drafted = len(record.tickets) - failed
         lines.append(f"[fanout] pool size {record.config.pool_size}, {drafted} drafts{extra}")
-    if "merge" in done:
+    if record.done("merge"):
         files = sum(t.file is not None for t in tickets)
         lines.append(f"[merge] wrote {files} files to out/, passing on references and summaries")
-    if "review" in done:
+    if record.done("review"):
         lines.append(f"[review] gate rewrites: {record.nodes['review'].rounds} rounds in total")
     return lines
 

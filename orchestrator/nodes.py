@@ -37,17 +37,17 @@ class Context:
 
     def tracer(self, node: str, **fields: object) -> Tracer:
         """A tracer for this run with the node (and ticket) on every line."""
-        return self.store.tracer(self.store.dir.name, node=node, **fields)
+        return self.store.tracer(node=node, **fields)
 
     def ticket_text(self, ticket_id: str) -> str:
         """The ticket's text as claimed into the run folder."""
-        return (self.store.dir / "tickets" / f"{ticket_id}.txt").read_text(encoding="utf-8")
+        return self.store.ticket_path(ticket_id).read_text(encoding="utf-8")
 
 
 def route(ctx: Context) -> dict[str, int]:
     """One model call classifies every claimed ticket; labels outside the list become other."""
     record = ctx.store.read()
-    if record.nodes.get("route") and record.nodes["route"].status == "ok":
+    if record.done("route"):
         return {"tickets": len(record.tickets)}
     trace = ctx.tracer("route")
     _open(ctx, "route", trace)
@@ -169,7 +169,7 @@ def fail_ticket(
 def merge(ctx: Context) -> dict[str, int]:
     """Publish every draft to out/<id>.txt and record only references and one-line summaries."""
     record = ctx.store.read()
-    if record.nodes.get("merge") and record.nodes["merge"].status == "ok":
+    if record.done("merge"):
         return {"collected": sum(t.file is not None for t in record.tickets.values())}
     _close(ctx, "fanout", "draft")
     trace = ctx.tracer("merge")
@@ -192,7 +192,7 @@ def merge(ctx: Context) -> dict[str, int]:
             rec.tickets[ticket_id].one_line = report.one_line(text)
         node = rec.finish("merge")
         if rec.config.stop_after == "merge":
-            rec.status, rec.exit_code = RunPhase.STOPPED, EXIT_STOPPED
+            rec.end(RunPhase.STOPPED, EXIT_STOPPED)
     trace.emit("node_end", ms=node.ms, calls=0, tokens=0)
     return {"collected": sum(t.file is not None for t in ctx.store.read().tickets.values())}
 
@@ -292,7 +292,7 @@ def finish_report(ctx: Context) -> dict[str, int]:
     atomic.write_text(ctx.store.report_path, report.render(record))
     with ctx.store.update() as rec:
         node = rec.finish("report")
-        rec.status, rec.exit_code = RunPhase.DONE, code
+        rec.end(RunPhase.DONE, code)
     trace.emit("node_end", ms=node.ms, calls=0, tokens=0)
     return {"exit_code": code}
 
@@ -308,7 +308,7 @@ def _open(ctx: Context, node: str, trace: Tracer) -> None:
 def _close(ctx: Context, node: str, step: str, rounds: bool = False) -> None:
     """Close a fan-out node with the sum of its tickets' calls and tokens."""
     with ctx.store.update() as rec:
-        if rec.nodes.get(node) and rec.nodes[node].status == "ok":
+        if rec.done(node):
             return
         usages = [getattr(t, step) for t in rec.tickets.values()]
         total_rounds = sum(t.gate_rounds for t in rec.tickets.values()) if rounds else None

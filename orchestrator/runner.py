@@ -40,9 +40,7 @@ def start(workspace: Workspace, settings: GraphSettings) -> RunStore:
     store = RunStore(workspace.runs / run_id)
     (store.dir / "tickets").mkdir(parents=True)
     for ticket in tickets:
-        (store.dir / "tickets" / f"{ticket.id}.txt").write_text(
-            ticket.text + "\n", encoding="utf-8"
-        )
+        store.ticket_path(ticket.id).write_text(ticket.text + "\n", encoding="utf-8")
     run_config = RunConfig(
         categories=config.graph.categories,
         pool_size=settings.pool_size or config.graph.pool_size,
@@ -73,7 +71,7 @@ def reopen(store: RunStore) -> RunRecord:
     """Make a stopped or crashed run resumable: it will finish review and report."""
     with store.update() as record:
         if record.status is not RunPhase.DONE:
-            record.status, record.exit_code, record.error = RunPhase.RUNNING, None, None
+            record.end(RunPhase.RUNNING, None)
             record.config.stop_after = None
     return record
 
@@ -109,9 +107,8 @@ def _interrupted(store: RunStore, embedded_run: bool) -> int:
     """Ctrl-C or SIGTERM while waiting: an embedded run stops; a distributed one goes on."""
     if embedded_run:
         with store.update() as record:
-            record.status, record.exit_code = RunPhase.STOPPED, EXIT_STOPPED
-            record.error = "interrupted by a signal"
-        store.tracer(store.dir.name, node="run").emit("run_interrupted")
+            record.end(RunPhase.STOPPED, EXIT_STOPPED, "interrupted by a signal")
+        store.tracer(node="run").emit("run_interrupted")
     return EXIT_STOPPED
 
 
@@ -156,4 +153,4 @@ def _celery(
 
 def _finish_empty(store: RunStore) -> None:
     with store.update() as record:
-        record.status, record.exit_code = RunPhase.DONE, 0
+        record.end(RunPhase.DONE, 0)

@@ -115,6 +115,14 @@ class RunRecord(BaseModel):
     nodes: dict[str, NodeRecord] = {}
     tickets: dict[str, TicketRecord] = {}
 
+    def done(self, node: str) -> bool:
+        """True once `node` has finished."""
+        return node in self.nodes and self.nodes[node].status == "ok"
+
+    def end(self, status: RunPhase, exit_code: int | None, error: str | None = None) -> None:
+        """Set where the run ended and the exit code cron will see."""
+        self.status, self.exit_code, self.error = status, exit_code, error
+
     def begin(self, node: str) -> bool:
         """Open `node` if nobody has yet; True if this call opened it."""
         if node in self.nodes:
@@ -167,9 +175,13 @@ class RunStore:
         """Harness state of one agent run (resumable without paying twice)."""
         return self.dir / "agents" / f"{ticket_id}.{step}.json"
 
-    def tracer(self, run_id: str, **fields: object) -> Tracer:
-        """A tracer appending to this run's run.jsonl."""
-        return Tracer(self.trace_path, run_id, **fields)
+    def ticket_path(self, ticket_id: str) -> Path:
+        """The ticket's text as claimed into the run (later nodes read it from here)."""
+        return self.dir / "tickets" / f"{ticket_id}.txt"
+
+    def tracer(self, **fields: object) -> Tracer:
+        """A tracer appending to this run's run.jsonl; the run id is the folder's name."""
+        return Tracer(self.trace_path, self.dir.name, **fields)
 
     def read(self) -> RunRecord:
         """The current record; `RunStateError` if missing or corrupt."""
@@ -212,8 +224,8 @@ def record_crash(store: RunStore, exc: BaseException) -> int:
     """Mark the run crashed, with the error, in its state and its trace; return exit code 3."""
     error = f"{type(exc).__name__}: {exc}"
     with store.update() as record:
-        record.status, record.exit_code, record.error = RunPhase.CRASHED, EXIT_CRASHED, error
-    store.tracer(store.dir.name, node="run").emit("run_crashed", error=error)
+        record.end(RunPhase.CRASHED, EXIT_CRASHED, error)
+    store.tracer(node="run").emit("run_crashed", error=error)
     return EXIT_CRASHED
 
 

@@ -35,7 +35,7 @@ def _record(tickets: list[str]) -> RunRecord:
 
 def _writer(run_dir: str, writer: int) -> None:
     store = RunStore(Path(run_dir))
-    tracer = store.tracer("run-x", node="test", writer=writer)
+    tracer = store.tracer(node="test", writer=writer)
     for i in range(TICKETS_EACH):
         ticket = f"T-{writer}-{i}"
         with store.update() as record:
