@@ -10,11 +10,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from orchestrator.exit_codes import ExitCode
+
 if TYPE_CHECKING:
     from orchestrator.runstate import RunStore
     from orchestrator.settings import GraphSettings
 
-EXIT_CRASHED = 3
+EXIT_CRASHED = ExitCode.CRASHED
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -4,6 +4,7 @@ GraphError
 ├── InboxError        a ticket file cannot be read or is malformed
 ├── RunStateError     a run folder or its run-state.json is missing or corrupt
 ├── BrokerError       the broker or result backend cannot be reached or started
+├── RouteFailed       the router's model run did not answer
 └── RunTimeout        the verdict did not arrive in time
 """
 
@@ -24,6 +25,10 @@ class RunStateError(GraphError):
 
 class BrokerError(GraphError):
     """The broker or result backend failed."""
+
+
+class RouteFailed(GraphError):
+    """The router's model run did not complete; the run cannot go on."""
 
 
 class RunTimeout(GraphError):

@@ -36,11 +36,6 @@ def load(inbox: Path) -> list[Ticket]:
     return sorted(tickets, key=lambda t: t.id)
 
 
-def load_one(source: Path) -> Ticket:
-    """Re-read one ticket from the file it was claimed from."""
-    return _read(source)
-
-
 def _read(path: Path) -> Ticket:
     try:
         raw = path.read_text(encoding="utf-8")

@@ -12,7 +12,8 @@ from pathlib import Path
 
 from orchestrator import gate, prompts, report
 from orchestrator.agents import AgentResult, run_agent
-from orchestrator.errors import GraphError
+from orchestrator.errors import RouteFailed
+from orchestrator.exit_codes import ExitCode
 from orchestrator.runstate import RunPhase, RunRecord, RunStore, StepUsage, TicketStatus
 from orchestrator.toolbox import tools_for
 from workers import atomic
@@ -21,11 +22,6 @@ from workers.trace import Tracer
 
 ROUTE_LINE = re.compile(r"^\s*([^\s:]+)\s*:\s*(\S+)\s*$")
 OTHER = "other"
-EXIT_ALL_PASS, EXIT_NEEDS_HUMAN, EXIT_STOPPED = 0, 1, 2
-
-
-class RouteFailed(GraphError):
-    """The router's model run did not complete; the run cannot go on."""
 
 
 @dataclass
@@ -192,7 +188,7 @@ def merge(ctx: Context) -> dict[str, int]:
             rec.tickets[ticket_id].one_line = report.one_line(text)
         node = rec.finish("merge")
         if rec.config.stop_after == "merge":
-            rec.end(RunPhase.STOPPED, EXIT_STOPPED)
+            rec.end(RunPhase.STOPPED, ExitCode.STOPPED)
     trace.emit("node_end", ms=node.ms, calls=0, tokens=0)
     return {"collected": sum(t.file is not None for t in ctx.store.read().tickets.values())}
 
@@ -288,7 +284,7 @@ def finish_report(ctx: Context) -> dict[str, int]:
     _open(ctx, "report", trace)
     record = ctx.store.read()
     needs_human = [t for t in record.tickets.values() if t.status is not TicketStatus.PASS]
-    code = EXIT_NEEDS_HUMAN if needs_human else EXIT_ALL_PASS
+    code = ExitCode.NEEDS_HUMAN if needs_human else ExitCode.ALL_PASS
     atomic.write_text(ctx.store.report_path, report.render(record))
     with ctx.store.update() as rec:
         node = rec.finish("report")

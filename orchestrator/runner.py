@@ -12,9 +12,8 @@ from celery import Celery
 from orchestrator import embedded, graph, inbox
 from orchestrator.app import configure
 from orchestrator.errors import RunTimeout
+from orchestrator.exit_codes import ExitCode
 from orchestrator.runstate import (
-    EXIT_CRASHED,
-    EXIT_STOPPED,
     RunConfig,
     RunPhase,
     RunRecord,
@@ -100,16 +99,16 @@ def execute(
     except Exception as exc:
         return record_crash(store, exc)
     code = store.read().exit_code
-    return EXIT_CRASHED if code is None else code
+    return ExitCode.CRASHED if code is None else code
 
 
 def _interrupted(store: RunStore, embedded_run: bool) -> int:
     """Ctrl-C or SIGTERM while waiting: an embedded run stops; a distributed one goes on."""
     if embedded_run:
         with store.update() as record:
-            record.end(RunPhase.STOPPED, EXIT_STOPPED, "interrupted by a signal")
+            record.end(RunPhase.STOPPED, ExitCode.STOPPED, "interrupted by a signal")
         store.tracer(node="run").emit("run_interrupted")
-    return EXIT_STOPPED
+    return ExitCode.STOPPED
 
 
 def _submit_and_wait(
@@ -153,4 +152,4 @@ def _celery(
 
 def _finish_empty(store: RunStore) -> None:
     with store.update() as record:
-        record.end(RunPhase.DONE, 0)
+        record.end(RunPhase.DONE, ExitCode.ALL_PASS)

@@ -22,13 +22,13 @@ from pathlib import Path
 from pydantic import BaseModel, ValidationError
 
 from orchestrator.errors import RunStateError
+from orchestrator.exit_codes import ExitCode
 from workers import atomic
 from workers.trace import Tracer, now_iso
 
 STATE_FILE = "run-state.json"
 TRACE_FILE = "run.jsonl"
 REPORT_FILE = "report.txt"
-EXIT_STOPPED, EXIT_CRASHED = 2, 3
 
 
 class TicketStatus(StrEnum):
@@ -224,9 +224,9 @@ def record_crash(store: RunStore, exc: BaseException) -> int:
     """Mark the run crashed, with the error, in its state and its trace; return exit code 3."""
     error = f"{type(exc).__name__}: {exc}"
     with store.update() as record:
-        record.end(RunPhase.CRASHED, EXIT_CRASHED, error)
+        record.end(RunPhase.CRASHED, ExitCode.CRASHED, error)
     store.tracer(node="run").emit("run_crashed", error=error)
-    return EXIT_CRASHED
+    return ExitCode.CRASHED
 
 
 def find(workspace_root: Path, run_id: str) -> RunStore:

@@ -44,7 +44,6 @@ class Tool:
     args: type[BaseModel] = NoArgs
     read_only: bool = True
     needs_approval: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def schema(self) -> dict[str, Any]:
         """The tool in the chat-completions `tools` format."""
