@@ -29,6 +29,7 @@ from workers.settings import HarnessSettings
 from workers.trace import now_iso
 
 POLL_S = 0.02
+FULL_READ_EVERY = 25  # polls: at most 0.5 s late if a change went unseen
 
 
 def start(workspace: Workspace, settings: GraphSettings) -> RunStore:
@@ -122,13 +123,19 @@ def _submit_and_wait(
     canvas = graph.plan(
         str(store.dir), list(record.tickets), record.config.pool_size, record.config.stop_after
     )
+    seen, record = store.version(), store.read()  # before submitting: no write is missed
     result = canvas.apply_async()
     deadline = time.monotonic() + timeout
-    seen = record.updated_at
-    while (current := store.read()).status is RunPhase.RUNNING:
-        if current.updated_at != seen:
-            seen = current.updated_at
-            on_update(current)
+    polls = 0
+    while record.status is RunPhase.RUNNING:
+        # Parse the record only when a writer replaced it: in an embedded run this loop shares
+        # the GIL with the worker threads, and a big record takes milliseconds to validate. A
+        # reused inode within one mtime tick could hide a write, so read anyway now and then.
+        polls += 1
+        if (version := store.version()) != seen or polls % FULL_READ_EVERY == 0:
+            seen, record = version, store.read()
+            on_update(record)
+            continue
         if result.failed():
             result.maybe_throw()
         if time.monotonic() > deadline:

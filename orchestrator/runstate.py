@@ -192,6 +192,11 @@ class RunStore:
         except (ValueError, ValidationError) as exc:
             raise RunStateError(f"corrupt run state at {self.state_path}: {exc}") from exc
 
+    def version(self) -> tuple[int, int, int]:
+        """Changes (almost always) when a writer replaces run-state.json: a new file each time."""
+        info = self.state_path.stat()
+        return info.st_ino, info.st_mtime_ns, info.st_size
+
     def write(self, record: RunRecord) -> None:
         """Write the record atomically (callers hold the lock, see `update`)."""
         record.updated_at = now_iso()
