@@ -60,20 +60,26 @@ def demo(tmp_path: Path) -> Path:
 Cli = Callable[..., subprocess.CompletedProcess[str]]
 
 
+def clean_env(*prefixes: str) -> dict[str, str]:
+    """This machine's environment without ticketgraph's settings (and any other `prefixes`),
+    so a developer's own TICKETGRAPH_BROKER_URL or POOL_SIZE cannot change a test."""
+    drop = ("TICKETGRAPH_", "LLM_", *prefixes)
+    return {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(drop) and k not in ("POOL_SIZE", "STOP_AFTER")
+    }
+
+
 @pytest.fixture
 def cli() -> Cli:
     """Run `ticketgraph ARGS` as a real subprocess in `cwd`, with extra environment."""
 
     def run(*args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 120):
-        clean = {
-            k: v
-            for k, v in os.environ.items()
-            if not k.startswith(("TICKETGRAPH_", "LLM_")) and k not in ("POOL_SIZE", "STOP_AFTER")
-        }
         return subprocess.run(
             [sys.executable, "-m", "orchestrator.cli", *args],
             cwd=cwd,
-            env={**clean, **(env or {})},
+            env={**clean_env(), **(env or {})},
             capture_output=True,
             text=True,
             timeout=timeout,

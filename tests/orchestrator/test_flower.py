@@ -4,7 +4,6 @@ a private Redis, the scripted provider, and `ticketgraph run` submitting to that
 
 from __future__ import annotations
 
-import os
 import re
 import signal
 import socket
@@ -22,6 +21,7 @@ import pytest
 from celery import states
 
 from orchestrator.redis_server import RedisServer
+from tests.orchestrator.conftest import clean_env
 from workers.provider import running_provider
 
 REPO = Path(__file__).resolve().parents[2]
@@ -112,14 +112,8 @@ def spawn(tmp_path: Path, env: dict[str, str]) -> Iterator[Spawn]:
 def env(broker_url: str, model_url: str) -> dict[str, str]:
     """This machine's environment minus any ticketgraph settings, plus the broker and model
     (and Flower's API opened without a login)."""
-    clean = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("TICKETGRAPH_", "LLM_", "FLOWER_"))
-        and k not in ("POOL_SIZE", "STOP_AFTER")
-    }
     return {
-        **clean,
+        **clean_env("FLOWER_"),
         "TICKETGRAPH_BROKER_URL": broker_url,
         "LLM_BASE_URL": model_url,
         "FLOWER_UNAUTHENTICATED_API": "true",

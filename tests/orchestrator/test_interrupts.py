@@ -17,6 +17,7 @@ from tests.orchestrator.conftest import (
     REFERENCE_NODES,
     REFERENCE_TICKETS,
     Cli,
+    clean_env,
     demo_scripts,
     embedded_redis_servers,
     node_numbers,
@@ -37,11 +38,10 @@ def _slow_demo(path: Path) -> Path:
 
 
 def _start_run(workspace: Path, url: str) -> subprocess.Popen[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TICKETGRAPH_", "LLM_"))}
     return subprocess.Popen(
         [sys.executable, "-m", "orchestrator.cli", "run"],
         cwd=workspace,
-        env={**env, "LLM_BASE_URL": url},
+        env={**clean_env(), "LLM_BASE_URL": url},
         text=True,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
