@@ -4,103 +4,34 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
-import yaml
 
+from tests.provider.conftest import (
+    REPO,
+    Message,
+    Serve,
+    assistant_call,
+    chat,
+    free_port,
+    play,
+    stats,
+    text_script,
+    tool,
+    user,
+)
 from workers import tokens
 from workers.errors import ScenarioError
 from workers.provider import (
     TOKENS_PER_MESSAGE,
     TOKENS_REPLY_PRIMING,
     load_scenario,
-    running_provider,
 )
-
-REPO = Path(__file__).resolve().parents[2]
-
-Message = dict[str, Any]
-Serve = Callable[[list[dict[str, Any]]], str]
-
-
-# --- fixtures and helpers ------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def harness_url() -> Iterator[str]:
-    """One provider on the built-in `harness` set, for tests that do not read its stats."""
-    with running_provider("harness") as url:
-        yield url
-
-
-@pytest.fixture
-def serve(tmp_path: Path) -> Iterator[Serve]:
-    """Factory: write scripts to a YAML file and run a provider on it; stopped at teardown."""
-    with ExitStack() as stack:
-
-        def start(scripts: list[dict[str, Any]]) -> str:
-            path = tmp_path / f"scenario-{len(list(tmp_path.iterdir()))}.yaml"
-            path.write_text(yaml.safe_dump(scripts), encoding="utf-8")
-            return stack.enter_context(running_provider(path))
-
-        yield start
-
-
-def user(text: str = "hi") -> Message:
-    return {"role": "user", "content": text}
-
-
-def assistant_call(call_id: str, name: str, arguments: str = "{}") -> Message:
-    call = {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
-    return {"role": "assistant", "content": None, "tool_calls": [call]}
-
-
-def tool(call_id: str, content: str) -> Message:
-    return {"role": "tool", "tool_call_id": call_id, "content": content}
-
-
-def chat(url: str, model: str, messages: list[Message], **extra: Any) -> httpx.Response:
-    body = {"model": model, "messages": messages, **extra}
-    return httpx.post(f"{url}/chat/completions", json=body, timeout=10)
-
-
-def stats(url: str) -> dict[str, Any]:
-    return httpx.get(f"{url.removesuffix('/v1')}/stats", timeout=5).json()
-
-
-def play(url: str, model: str, turns: int, result: str = "ok") -> list[dict[str, Any]]:
-    """Run `turns` requests, feeding each reply back with `result` for each of its calls."""
-    messages, bodies = [user("Which file mentions a timeout?")], []
-    for _ in range(turns):
-        response = chat(url, model, messages)
-        assert response.status_code == 200, response.text
-        bodies.append(response.json())
-        reply = response.json()["choices"][0]["message"]
-        messages.append(reply)
-        messages.extend(tool(call["id"], result) for call in reply.get("tool_calls", []))
-    return bodies
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def text_script(name: str, when: dict[str, str], **extra: Any) -> dict[str, Any]:
-    """A script that answers its own name as text, on every turn."""
-    script = {"name": name, "when": when, "replies": [{"text": name}]}
-    return script | {"after_last": "repeat_last"} | extra
-
 
 # --- turns and replies ---------------------------------------------------------------------
 
@@ -297,6 +228,7 @@ def test_stats_count_requests_tokens_and_scripts_and_reset(serve: Serve) -> None
     usages = [chat(url, model, [user()]).json()["usage"] for model in ("a", "a", "b")]
     assert chat(url, "c", [user()]).status_code == 400
     seen = stats(url)
+    assert seen.pop("cpu_s") > 0
     assert seen == {
         "requests": 4,
         "in_flight": 0,
@@ -308,7 +240,24 @@ def test_stats_count_requests_tokens_and_scripts_and_reset(serve: Serve) -> None
     reset = httpx.post(f"{url.removesuffix('/v1')}/stats/reset", timeout=5)
     assert reset.status_code == 200
     zero = {"requests": 0, "in_flight": 0, "max_in_flight": 0, "prompt_tokens": 0}
-    assert stats(url) == {**zero, "completion_tokens": 0, "scripts": {}}
+    after = stats(url)
+    assert after.pop("cpu_s") >= 0
+    assert after == {**zero, "completion_tokens": 0, "scripts": {}}
+
+
+def test_cpu_s_grows_with_requests_and_restarts_at_reset(serve: Serve) -> None:
+    url = serve([text_script("a", {"model": "^a$"})])
+    readings = []
+    with httpx.Client(timeout=10) as client:
+        for _ in range(4):
+            for _ in range(10):
+                body = {"model": "a", "messages": [user("count my tokens " * 50)]}
+                assert client.post(f"{url}/chat/completions", json=body).status_code == 200
+            readings.append(client.get(f"{url.removesuffix('/v1')}/stats").json()["cpu_s"])
+    assert readings == sorted(readings)
+    assert readings[-1] > readings[0] > 0
+    reset = httpx.post(f"{url.removesuffix('/v1')}/stats/reset", timeout=5).json()
+    assert 0 <= reset["cpu_s"] < readings[-1]
 
 
 # --- scenario files ------------------------------------------------------------------------

@@ -16,24 +16,27 @@ from typing import Any
 _HOME = {
     "app": ("ProviderState", "Stats", "create_app"),
     "scenario": (
-        "TOKENS_PER_MESSAGE",
-        "TOKENS_REPLY_PRIMING",
-        "ChatRequest",
-        "ConversationView",
         "Fault",
         "FixedUsage",
-        "RenderedReply",
         "Reply",
         "Scenario",
         "Script",
+        "ScriptMatch",
         "ToolCallSpec",
         "When",
         "builtin_names",
         "load_scenario",
+    ),
+    "server": ("main", "running_provider", "serve"),
+    "wire": (
+        "TOKENS_PER_MESSAGE",
+        "TOKENS_REPLY_PRIMING",
+        "ChatRequest",
+        "ConversationView",
+        "RenderedReply",
         "prompt_tokens",
         "render_reply",
     ),
-    "server": ("main", "running_provider", "serve"),
 }
 _MODULE_OF = {name: module for module, names in _HOME.items() for name in names}
 

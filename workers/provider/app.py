@@ -1,7 +1,7 @@
 """The scripted provider's HTTP app: OpenAI chat completions answered from a scenario.
 
     POST /v1/chat/completions   a scripted reply (or a scripted fault)
-    GET  /stats                 requests, in-flight, tokens and per-script counts
+    GET  /stats                 requests, in-flight, tokens, per-script counts, CPU seconds
     POST /stats/reset           zero the stats
     GET  /healthz               {"ok": true}
 
@@ -25,15 +25,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from workers.provider.scenario import (
-    ChatRequest,
-    ConversationView,
-    Fault,
-    RenderedReply,
-    Scenario,
-    Script,
-    render_reply,
-)
+from workers.provider.scenario import Fault, Scenario, Script
+from workers.provider.wire import ChatRequest, ConversationView, RenderedReply, render_reply
 
 # A body that starts like a completion and stops mid-way, as a truncated proxy reply would.
 MALFORMED_BODY = b'{"id": "chatcmpl-malformed", "object": "chat.completion", "choices": [{'
@@ -45,7 +38,9 @@ class Stats:
 
     `requests` counts every chat-completions request, however it was answered (faults and
     400s included); `scripts` counts the requests each script matched; tokens add up the
-    usage of the replies actually sent.
+    usage of the replies actually sent. `cpu_s` is the CPU time (`time.process_time()`) the
+    process has spent since the stats were created or last reset; with the provider in a
+    background thread, that is the whole host process's, not the provider's alone.
     """
 
     requests: int = 0
@@ -54,6 +49,7 @@ class Stats:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     scripts: Counter[str] = field(default_factory=Counter)
+    cpu_started: float = field(default_factory=time.process_time)
 
     def begin(self) -> None:
         """A chat-completions request has arrived."""
@@ -77,6 +73,7 @@ class Stats:
         self.requests = self.prompt_tokens = self.completion_tokens = 0
         self.max_in_flight = self.in_flight
         self.scripts.clear()
+        self.cpu_started = time.process_time()
 
     def snapshot(self) -> dict[str, Any]:
         """The counters as JSON-ready data."""
@@ -87,6 +84,7 @@ class Stats:
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
             "scripts": dict(self.scripts),
+            "cpu_s": round(time.process_time() - self.cpu_started, 6),
         }
 
 
@@ -158,10 +156,10 @@ async def _parse(http: Request) -> ChatRequest | Response:
 
 async def _answer(request: ChatRequest, state: ProviderState) -> Response:
     """Match a script, play its fault or latency, and render the reply for this turn."""
-    script = state.scenario.match(ConversationView.of(request))
-    if script is None:
+    matched = state.scenario.match(ConversationView.of(request))
+    if matched is None:
         return error_response(400, f"no script matched the request (model {request.model!r})")
-    turn = request.turn
+    script, turn = matched.script, request.turn
     fault = state.faults.take(script, turn)
     if fault is not None:
         await asyncio.sleep(fault.hang_ms / 1000)
@@ -175,7 +173,7 @@ async def _answer(request: ChatRequest, state: ProviderState) -> Response:
         replies = len(script.replies)
         message = f"script {script.name!r} has no reply for turn {turn} (it has {replies})"
         return error_response(500, message)
-    rendered = render_reply(reply, request)
+    rendered = render_reply(reply, request, matched.groups)
     state.stats.record(script, rendered)
     return JSONResponse(completion_body(request, rendered))
 

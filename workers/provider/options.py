@@ -31,7 +31,23 @@ A reply is {text: ...} or {tool_calls: [{id, name, arguments}]}; arguments are a
 (sent as compact JSON) or a string, and "{turn}" in an id becomes the turn index. Usage is
 counted with o200k_base unless a reply fixes it: usage: {prompt_tokens, completion_tokens}.
 
-Other endpoints: GET /stats, POST /stats/reset, GET /healthz.
+Placeholders: "{name}" in a reply's text, its ids and any string in its arguments becomes
+what the named group `name` of the script's `when` regexes captured:
+
+  - name: ticket
+    when: {user: '^Ticket id: (?P<ticket>\\S+)'}
+    replies:
+      - text: "Ticket {ticket}: resolved."
+
+Other braces (JSON in a reply) are left alone; a "{name}" that no `when` regex of the script
+defines as a group is an error when the file loads.
+
+Scripts are tried in file order, first match wins. A `model` regex that is an exact literal
+("^name$", no regex metacharacters) is looked up by name instead of tried, so thousands of
+per-model scripts cost a request about as much as a few.
+
+Other endpoints: GET /stats (requests, tokens, per-script counts, and cpu_s: the
+process's CPU seconds since start or reset), POST /stats/reset, GET /healthz.
 """
 
 

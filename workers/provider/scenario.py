@@ -1,8 +1,9 @@
-"""Scenario files for the scripted provider: their models, matching, and reply rendering.
+"""Scenario files for the scripted provider: their models, loading, matching and placeholders.
 
-A scenario file (YAML or JSON) is a top-level list of scripts. The first script whose `when`
-matches a request answers it; the reply is picked by the request's turn index, which is the
-number of assistant messages in the request (the provider keeps no conversation state).
+A scenario file (YAML or JSON) is a top-level list of scripts. The first script in file order
+whose `when` matches a request answers it; the reply is picked by the request's turn index,
+which is the number of assistant messages in the request (the provider keeps no conversation
+state).
 
     - name: plan                      # required, unique within the file
       when: {model: "^plan$"}         # optional regexes (re.search), all given must match:
@@ -15,26 +16,63 @@ number of assistant messages in the request (the provider keeps no conversation 
         - text: "done"
           usage: {prompt_tokens: 100, completion_tokens: 5}   # fixed; else counted
 
-This module is plain code over plain data: no HTTP lives here.
+Placeholders: a reply's `text`, its tool-call ids and every string inside its `arguments` may
+use `{name}` for a named group its `when` regexes capture:
+
+    - name: ticket
+      when: {user: '^Ticket id: (?P<ticket>\\S+)'}
+      replies:
+        - tool_calls: [{id: "c{turn}", name: lookup_ticket, arguments: {id: "{ticket}"}}]
+        - text: "Ticket {ticket}: resolved."     # "{ticket}" is "T-7" for "Ticket id: T-7"
+
+Only `{name}` forms that name a group are replaced, so other braces (JSON, say) stay as they
+are; a `{name}` that no `when` regex of the script defines is a load-time error. `{turn}` in
+an id is the turn index, as before. When two regexes capture the same name, the first in the
+order model, system, user, transcript, tool_results wins; a group that took no part in the
+match (`(?P<x>a)?`) leaves its placeholder as written. Values go into a string `arguments`
+as they are (not JSON-escaped); in a mapping they are JSON-escaped when it is dumped.
+Counted usage counts the rendered reply; fixed usage is sent as scripted.
+
+Matching cost: the regexes are compiled once at load. A script whose `model` regex is an exact
+literal (`^name$` with no regex metacharacters between) is indexed by that name, so a request
+only tries the scripts indexed under its model and the scripts without such a literal, still
+in file order: with many per-model scripts, a request costs about the same as with a few.
+
+The request side (what a script is matched against, and the reply it renders) is in
+`wire.py`. This module is plain code over plain data: no HTTP lives here.
 """
 
 from __future__ import annotations
 
+import heapq
 import json
 import re
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from workers import tokens
 from workers.errors import ScenarioError
+
+if TYPE_CHECKING:
+    from workers.provider.wire import ConversationView
 
 BUILTIN_PACKAGE = "workers.provider"
 BUILTIN_FOLDER = "scenarios"
+
+WHEN_KEYS = ("model", "system", "user", "transcript", "tool_results")
+PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+# A `model` regex is an exact literal when no character between `^` and `$` means anything
+# to `re` (a newline is left out too: `$` also matches before a trailing one).
+_REGEX_SPECIAL = frozenset(".^$*+?{}[]\\|()\n")
+# libyaml's loader where PyYAML was built with it: 4x faster on a 10,000-script file.
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 # --- the scenario file ---------------------------------------------------------------------
@@ -74,6 +112,19 @@ class Reply(_Strict):
             raise ValueError("a reply needs exactly one of `text` or `tool_calls`")
         return self
 
+    def placeholders(self) -> set[str]:
+        """Names of the `{name}` placeholders the reply uses (`{turn}` in ids aside)."""
+        names = set(PLACEHOLDER.findall(self.text or ""))
+
+        def collect(text: str) -> str:
+            names.update(PLACEHOLDER.findall(text))
+            return text
+
+        for call in self.tool_calls or []:
+            names.update(set(PLACEHOLDER.findall(call.id)) - {"turn"})
+            map_strings(call.arguments, collect)
+        return names
+
 
 class When(_Strict):
     """Regexes a request must match (`re.search`); a key left out matches anything."""
@@ -84,23 +135,54 @@ class When(_Strict):
     transcript: str | None = None
     tool_results: str | None = None
 
-    @field_validator("model", "system", "user", "transcript", "tool_results")
-    @classmethod
-    def _compiles(cls, pattern: str | None) -> str | None:
-        if pattern is not None:
-            try:
-                re.compile(pattern)
-            except re.error as exc:
-                raise ValueError(f"regex {pattern!r} does not compile: {exc}") from exc
-        return pattern
+    @model_validator(mode="after")
+    def _compiles(self) -> When:
+        _ = self.patterns  # compiled at load: a bad regex fails here, not on a request
+        return self
+
+    # A cached_property, not a pydantic private attribute: reading one of those costs ~4 µs.
+    @cached_property
+    def patterns(self) -> tuple[tuple[str, re.Pattern[str]], ...]:
+        """(key, compiled regex) of each given key; `re`'s own cache thrashes past 512."""
+        compiled = []
+        for key in WHEN_KEYS:
+            if (pattern := getattr(self, key)) is not None:
+                try:
+                    compiled.append((key, re.compile(pattern)))
+                except re.error as exc:
+                    raise ValueError(f"{key}: regex {pattern!r} does not compile: {exc}") from exc
+        return tuple(compiled)
+
+    @property
+    def group_names(self) -> set[str]:
+        """Names of the groups the regexes define, i.e. the placeholders replies may use."""
+        return {name for _, pattern in self.patterns for name in pattern.groupindex}
+
+    @property
+    def literal_model(self) -> str | None:
+        """The model name when `model` is an exact literal (`^name$`), else None."""
+        pattern = self.model
+        if pattern is None or len(pattern) < 2 or pattern[0] != "^" or pattern[-1] != "$":
+            return None
+        name = pattern[1:-1]
+        return None if _REGEX_SPECIAL.intersection(name) else name
+
+    def match(self, view: ConversationView) -> dict[str, str] | None:
+        """The named groups captured when every given regex is found, else None."""
+        groups: dict[str, str] = {}
+        for key, pattern in self.patterns:
+            found = pattern.search(getattr(view, key))
+            if found is None:
+                return None
+            if pattern.groupindex:
+                for name, value in found.groupdict().items():
+                    if value is not None:
+                        groups.setdefault(name, value)
+        return groups
 
     def matches(self, view: ConversationView) -> bool:
         """True when every given regex is found in the matching part of the request."""
-        # `re` caches compiled patterns, so compiling per request costs a dict lookup.
-        return all(
-            re.search(pattern, getattr(view, key)) is not None
-            for key, pattern in self.model_dump(exclude_none=True).items()
-        )
+        return self.match(view) is not None
 
 
 class Fault(_Strict):
@@ -138,6 +220,19 @@ class Script(_Strict):
     after_last: Literal["repeat_last", "error"] = "error"
     faults: list[Fault] = Field(default_factory=list)
 
+    @model_validator(mode="after")
+    def _placeholders_are_groups(self) -> Script:
+        defined = self.when.group_names
+        for index, reply in enumerate(self.replies):
+            if unknown := sorted(reply.placeholders() - defined):
+                used = ", ".join(f"{{{name}}}" for name in unknown)
+                groups = ", ".join(sorted(defined)) or "none"
+                raise ValueError(
+                    f"replies.{index}: {used} names no group of the `when` regexes "
+                    f"(their named groups: {groups})"
+                )
+        return self
+
     def reply_for(self, turn: int) -> Reply | None:
         """The reply for `turn`, or None when the script has run out and must error."""
         if turn < len(self.replies):
@@ -145,15 +240,62 @@ class Script(_Strict):
         return self.replies[-1] if self.after_last == "repeat_last" else None
 
 
+class ScriptMatch(NamedTuple):
+    """The script that answers a request, and the named groups its regexes captured."""
+
+    script: Script
+    groups: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class ModelIndex:
+    """Positions in a scenario's scripts: by exact model name, and those tried for any model."""
+
+    by_model: dict[str, list[int]]
+    unindexed: list[int]
+
+    def candidates(self, model: str) -> Iterable[int]:
+        """Positions of the scripts that can match `model`, in file order."""
+        # `^name$` also matches "name\n", so that request is looked up as "name".
+        indexed = self.by_model.get(model.removesuffix("\n"), [])
+        if indexed and self.unindexed:
+            return heapq.merge(indexed, self.unindexed)
+        return indexed or self.unindexed
+
+
 class Scenario(BaseModel):
     """The scripts of one scenario file, in the order they are tried."""
+
+    model_config = ConfigDict(frozen=True)
 
     source: str
     scripts: list[Script]
 
-    def match(self, view: ConversationView) -> Script | None:
-        """The first script whose `when` matches, or None."""
-        return next((s for s in self.scripts if s.when.matches(view)), None)
+    @model_validator(mode="after")
+    def _indexed(self) -> Scenario:
+        _ = self.index  # built at load, not on the first request
+        return self
+
+    @cached_property
+    def index(self) -> ModelIndex:
+        """The scripts whose `model` regex is an exact literal, by that name; and the rest."""
+        index = ModelIndex({}, [])
+        for position, script in enumerate(self.scripts):
+            name = script.when.literal_model
+            if name is None:
+                index.unindexed.append(position)
+            else:
+                index.by_model.setdefault(name, []).append(position)
+        return index
+
+    def match(self, view: ConversationView) -> ScriptMatch | None:
+        """The first script in file order whose `when` matches, with its groups; or None."""
+        scripts = self.scripts
+        for position in self.index.candidates(view.model):
+            groups = scripts[position].when.match(view)
+            if groups is not None:
+                return ScriptMatch(scripts[position], groups)
+        return None
 
 
 # --- loading -------------------------------------------------------------------------------
@@ -169,14 +311,14 @@ def load_scenario(source: str | Path) -> Scenario:
     """Load a scenario from a YAML/JSON file path or a built-in set name; ScenarioError if bad."""
     label, text = _read_source(source)
     try:
-        data = json.loads(text) if label.endswith(".json") else yaml.safe_load(text)
+        data = json.loads(text) if label.endswith(".json") else yaml.load(text, _YAML_LOADER)
     except (ValueError, yaml.YAMLError) as exc:
         raise ScenarioError(f"{label}: not valid YAML/JSON: {exc}") from exc
     if not isinstance(data, list):
         raise ScenarioError(f"{label}: the top level must be a list of scripts")
     scripts = [_validate_script(label, index, item) for index, item in enumerate(data)]
-    names = [s.name for s in scripts]
-    if duplicates := sorted({n for n in names if names.count(n) > 1}):
+    names = Counter(s.name for s in scripts)
+    if duplicates := sorted(name for name, count in names.items() if count > 1):
         raise ScenarioError(f"{label}: script names must be unique: {', '.join(duplicates)}")
     return Scenario(source=label, scripts=scripts)
 
@@ -208,153 +350,22 @@ def _validate_script(label: str, index: int, item: Any) -> Script:
         raise ScenarioError(f"{label}: {who}: {problems}") from exc
 
 
-# --- the request, as the matcher sees it ---------------------------------------------------
+# --- placeholders ----------------------------------------------------------------------------
 
 
-class WireFunction(BaseModel):
-    """The `function` of an assistant tool call on the wire."""
-
-    name: str
-    arguments: str = ""
-
-
-class WireToolCall(BaseModel):
-    """An assistant tool call on the wire."""
-
-    id: str
-    type: Literal["function"] = "function"
-    function: WireFunction
+def fill(template: str, groups: Mapping[str, str]) -> str:
+    """`template` with each `{name}` of a captured group replaced; any other braces kept."""
+    if not groups or "{" not in template:
+        return template
+    return PLACEHOLDER.sub(lambda found: groups.get(found[1], found[0]), template)
 
 
-class WireMessage(BaseModel):
-    """One chat message on the wire (unknown keys are allowed, as real clients send them)."""
-
-    role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[dict[str, Any]] | None = None
-    tool_calls: list[WireToolCall] | None = None
-    tool_call_id: str | None = None
-    name: str | None = None
-
-    def text(self) -> str:
-        """The message's text; content parts of type `text` are joined."""
-        if isinstance(self.content, list):
-            return "".join(str(p.get("text", "")) for p in self.content if p.get("type") == "text")
-        return self.content or ""
-
-
-class ChatRequest(BaseModel):
-    """The part of a chat-completions request body the provider reads."""
-
-    model: str
-    messages: list[WireMessage] = Field(min_length=1)
-    tools: list[dict[str, Any]] | None = None
-
-    @property
-    def turn(self) -> int:
-        """Turn index: how many assistant messages the request already holds."""
-        return sum(1 for m in self.messages if m.role == "assistant")
-
-
-@dataclass(frozen=True)
-class ConversationView:
-    """The texts `when` regexes are matched against."""
-
-    model: str
-    system: str
-    user: str
-    transcript: str
-    tool_results: str
-
-    @classmethod
-    def of(cls, request: ChatRequest) -> ConversationView:
-        """Build the view: tool calls enter the transcript as `name arguments` lines."""
-        messages = request.messages
-        transcript: list[str] = []
-        for message in messages:
-            transcript.append(message.text())
-            for call in message.tool_calls or []:
-                transcript.append(f"{call.function.name} {call.function.arguments}")
-        users = [m.text() for m in messages if m.role == "user"]
-        return cls(
-            model=request.model,
-            system="\n".join(m.text() for m in messages if m.role in ("system", "developer")),
-            user=users[0] if users else "",
-            transcript="\n".join(transcript),
-            tool_results="\n".join(m.text() for m in messages if m.role == "tool"),
-        )
-
-
-# --- rendering a reply, and counting its tokens --------------------------------------------
-
-# OpenAI's published guidance for chat models: every message costs 3 tokens of framing
-# (role and delimiters) besides its content, and every reply is primed with 3 more.
-TOKENS_PER_MESSAGE = 3
-TOKENS_REPLY_PRIMING = 3
-
-
-def prompt_tokens(request: ChatRequest) -> int:
-    """Counted prompt tokens (o200k_base), the one rule the provider uses.
-
-    sum over messages of (TOKENS_PER_MESSAGE + count(text) + sum over the message's tool
-    calls of (count(name) + count(arguments))) + TOKENS_REPLY_PRIMING + count(tools JSON),
-    where the tools JSON is `json.dumps(tools, separators=(",", ":"))` and is only counted
-    when the request lists tools. Roles and `name`/`tool_call_id` fields are not counted.
-    """
-    total = TOKENS_REPLY_PRIMING
-    for message in request.messages:
-        total += TOKENS_PER_MESSAGE + tokens.count(message.text())
-        total += _calls_tokens([call.model_dump() for call in message.tool_calls or []])
-    if request.tools:
-        total += tokens.count(json.dumps(request.tools, separators=(",", ":")))
-    return total
-
-
-def _calls_tokens(calls: list[dict[str, Any]]) -> int:
-    """Tokens of wire-format tool calls: each call's name plus its argument string."""
-    return sum(
-        tokens.count(call["function"]["name"]) + tokens.count(call["function"]["arguments"])
-        for call in calls
-    )
-
-
-@dataclass(frozen=True)
-class RenderedReply:
-    """A reply ready for the wire: the assistant message, why it stopped, and its usage."""
-
-    message: dict[str, Any]
-    finish_reason: Literal["stop", "tool_calls"]
-    prompt_tokens: int
-    completion_tokens: int
-
-
-def render_reply(reply: Reply, request: ChatRequest) -> RenderedReply:
-    """Turn a scripted reply into an OpenAI assistant message with usage (fixed or counted)."""
-    calls = _wire_calls(reply, request.turn)
-    message: dict[str, Any] = {"role": "assistant", "content": reply.text}
-    if calls:
-        message["tool_calls"] = calls
-    if reply.usage is not None:
-        prompt, completion = reply.usage.prompt_tokens, reply.usage.completion_tokens
-    else:
-        prompt = prompt_tokens(request)
-        completion = tokens.count(reply.text or "") + _calls_tokens(calls)
-    return RenderedReply(message, "tool_calls" if calls else "stop", prompt, completion)
-
-
-def _wire_calls(reply: Reply, turn: int) -> list[dict[str, Any]]:
-    """The reply's tool calls in wire format, with `{turn}` in ids replaced."""
-    return [
-        {
-            "id": call.id.replace("{turn}", str(turn)),
-            "type": "function",
-            "function": {"name": call.name, "arguments": _arguments(call)},
-        }
-        for call in reply.tool_calls or []
-    ]
-
-
-def _arguments(call: ToolCallSpec) -> str:
-    """The call's arguments as the JSON string the wire carries (a mapping is dumped compact)."""
-    if isinstance(call.arguments, str):
-        return call.arguments
-    return json.dumps(call.arguments, separators=(",", ":"), ensure_ascii=False)
+def map_strings(value: Any, change: Callable[[str], str]) -> Any:
+    """`value` with `change` applied to every string in it, walking mappings and lists."""
+    if isinstance(value, str):
+        return change(value)
+    if isinstance(value, dict):
+        return {key: map_strings(item, change) for key, item in value.items()}
+    if isinstance(value, list):
+        return [map_strings(item, change) for item in value]
+    return value

@@ -37,8 +37,10 @@ def _scenario(source: ScenarioSource) -> Scenario:
 
 def _server(scenario: Scenario, host: str, port: int, log_level: str) -> uvicorn.Server:
     """A uvicorn server for `scenario`, shared by the foreground and background runs."""
-    # Build the tokenizer now, so the first request's X-Service-Ms is not its load time.
-    tokens.encoding()
+    # Build the tokenizer now if any reply will be counted, so the first request's
+    # X-Service-Ms is not its load time; fixed-usage scenarios (the demo) never need it.
+    if any(reply.usage is None for script in scenario.scripts for reply in script.replies):
+        tokens.encoding()
     # No lifespan: the app has no startup work, and uvicorn's probe would only log noise.
     # A bounded graceful shutdown, so a request stuck in a scripted hang cannot hold it up.
     config = uvicorn.Config(
@@ -61,10 +63,10 @@ def serve(
 
 @contextmanager
 def running_provider(
-    scenarios: ScenarioSource = "harness", host: str = DEFAULT_HOST
+    scenarios: ScenarioSource = "harness", host: str = DEFAULT_HOST, port: int = 0
 ) -> Iterator[str]:
-    """Run the provider on a free port in a background thread; yield its `http://…/v1` URL."""
-    server = _server(_scenario(scenarios), host, 0, "warning")
+    """Run the provider on `port` (0: a free one) in a background thread; yield its URL."""
+    server = _server(_scenario(scenarios), host, port, "warning")
     thread = threading.Thread(target=server.run, name="scripted-provider", daemon=True)
     thread.start()
     try:
@@ -72,7 +74,9 @@ def running_provider(
         port = server.servers[0].sockets[0].getsockname()[1]
         yield f"http://{host}:{port}/v1"
     finally:
-        server.should_exit = True
+        # Stop now: waiting for open keep-alive connections would add a tick (0.1 s) or more
+        # to every command that ran an embedded provider.
+        server.should_exit = server.force_exit = True
         thread.join(SHUTDOWN_TIMEOUT_S)
 
 

@@ -1,0 +1,1 @@
+"""Benchmarks and the workloads they run; importable as `bench.*` from the repository root."""

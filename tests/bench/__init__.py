@@ -1,0 +1,1 @@
+"""Tests of the benchmark tools: the scaled workload and the peers."""
