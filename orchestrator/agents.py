@@ -6,7 +6,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator.runstate import RunConfig, StepUsage
+from orchestrator.records import RunConfig, StepUsage
 from workers import loop
 from workers.client import ModelClient
 from workers.settings import HarnessSettings

@@ -6,7 +6,6 @@ from typing import Any
 
 from celery import Celery
 
-from orchestrator.backend import backend_url
 from orchestrator.settings import GraphSettings
 from workers.settings import HarnessSettings
 
@@ -20,12 +19,13 @@ def configure(broker_url: str, settings: GraphSettings, llm: HarnessSettings) ->
     transport = {"visibility_timeout": settings.visibility_timeout_s}
     conf: dict[str, Any] = {
         "broker_url": broker_url,
-        "result_backend": backend_url(settings.result_backend or broker_url),
         # Only references cross the broker, and only as JSON.
         "task_serializer": "json",
-        "result_serializer": "json",
         "accept_content": ["json"],
-        "result_accept_content": ["json"],
+        # Nothing waits on a task's result: each step sends the next one, and the waiting
+        # CLI reads the run's events and records. Storing results would cost a Redis write
+        # per task for nothing.
+        "task_ignore_result": True,
         # A task is acknowledged after it ran, and redelivered if its worker died mid-task.
         "task_acks_late": True,
         "task_reject_on_worker_lost": True,
@@ -34,13 +34,10 @@ def configure(broker_url: str, settings: GraphSettings, llm: HarnessSettings) ->
         "worker_send_task_events": True,
         "task_send_sent_event": True,
         "task_track_started": True,
-        "result_expires": settings.result_expires_s,
-        "result_extended": False,
         # The hard limit stays below the visibility timeout (GraphSettings checks it).
         "task_soft_time_limit": settings.soft_time_limit_s,
         "task_time_limit": settings.time_limit_s,
         "broker_transport_options": transport,
-        "result_backend_transport_options": transport,
         "broker_connection_retry_on_startup": True,
         "worker_hijack_root_logger": False,
         "worker_redirect_stdouts": False,

@@ -149,7 +149,7 @@ def _run(args: argparse.Namespace) -> int:
     except (GraphError, OSError, ValueError) as exc:
         print(f"ticketgraph run: {exc}", file=sys.stderr)
         return EXIT_CRASHED
-    print(console.claimed(store.read()), flush=True)
+    print(console.claimed(store.materialised()), flush=True)
     return _execute(store, settings)
 
 
@@ -172,10 +172,10 @@ def _execute(store: RunStore, settings: GraphSettings) -> int:
     from orchestrator import console, runner
     from workers.settings import HarnessSettings
 
-    printer = console.ProgressPrinter()
+    printer = console.ProgressPrinter(store)
     code = runner.execute(store, settings, HarnessSettings(), printer)
-    record = store.read()
-    printer(record)
+    record = store.materialise()
+    printer.show(record)
     text = console.outcome(store, record)
     print(text, end="", file=sys.stderr if code == EXIT_CRASHED else sys.stdout)
     return code
@@ -185,19 +185,25 @@ def _add_worker(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
     p = sub.add_parser(
         "worker",
         help="serve runs from a shared broker (one per machine, as many as you like)",
-        description="Start a Celery worker for ticketgraph runs. Needs TICKETGRAPH_BROKER_URL "
-        "(or --broker) and LLM_BASE_URL; the workspaces it serves must be mounted at the same "
-        "path as on the machine that runs `ticketgraph run`.",
+        description="Start ticketgraph workers: PROCESSES worker processes of THREADS threads "
+        "each (a ticket's step mostly waits on the model, so threads keep many in flight; "
+        "processes use every core). Needs TICKETGRAPH_BROKER_URL (or --broker) and "
+        "LLM_BASE_URL; the workspaces it serves must be mounted at the same path as on the "
+        "machine that runs `ticketgraph run`. SIGTERM or Ctrl-C: finish running tasks, then "
+        "stop.",
     )
     p.add_argument("--broker", help="Redis URL (default: TICKETGRAPH_BROKER_URL)")
-    p.add_argument("--concurrency", "-c", type=int, default=2, help="tasks at once (default 2)")
-    p.add_argument("--pool", choices=["prefork", "threads", "solo"], default="prefork")
-    p.add_argument("--hostname", "-n", help="node name, e.g. worker1@%%h")
+    p.add_argument("--processes", "-p", type=int, help="worker processes (default: one per core)")
+    p.add_argument("--threads", "-t", type=int, default=8, help="threads per process (default 8)")
+    p.add_argument("--hostname", "-n", help="node name prefix, e.g. worker1 (default ticketgraph)")
     p.add_argument("--loglevel", "-l", default="INFO")
     p.set_defaults(handler=_worker)
 
 
 def _worker(args: argparse.Namespace) -> int:
+    import os
+
+    from orchestrator import fleet
     from orchestrator.app import configure
     from orchestrator.settings import GraphSettings
     from workers.settings import HarnessSettings
@@ -211,18 +217,13 @@ def _worker(args: argparse.Namespace) -> int:
     if not llm.base_url:
         print("ticketgraph worker: set LLM_BASE_URL (the model endpoint)", file=sys.stderr)
         return 2
+    if (args.processes is not None and args.processes < 1) or args.threads < 1:
+        print("ticketgraph worker: --processes and --threads must be at least 1", file=sys.stderr)
+        return 2
     celery_app = configure(broker, settings, llm)
-    argv = [
-        "worker",
-        f"--concurrency={args.concurrency}",
-        f"--pool={args.pool}",
-        f"--loglevel={args.loglevel}",
-        "--task-events",
-    ]
-    if args.hostname:
-        argv.append(f"--hostname={args.hostname}")
-    celery_app.worker_main(argv)
-    return 0
+    name = (args.hostname or "ticketgraph").split("@", 1)[0]
+    processes = args.processes or os.cpu_count() or 1
+    return fleet.serve(celery_app, name, processes, args.threads, args.loglevel.upper())
 
 
 def _add_provider(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

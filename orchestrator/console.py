@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from orchestrator.runstate import RunPhase, RunRecord, RunStore, TicketStatus
+from typing import Any
+
+from orchestrator.records import RunPhase, RunRecord, TicketStatus
+from orchestrator.runstate import RunStore
 
 
 def claimed(record: RunRecord) -> str:
@@ -33,13 +36,23 @@ def progress(record: RunRecord) -> list[str]:
 
 
 class ProgressPrinter:
-    """Prints each node's progress line once, as soon as the record shows the node done."""
+    """Prints each node's progress line once, as soon as the run shows the node done.
 
-    def __init__(self) -> None:
+    It reads run-state.json only when the run says a node ended (the single-writer steps
+    materialise it just before), never on a timer.
+    """
+
+    def __init__(self, store: RunStore) -> None:
+        self.store = store
         self.printed: set[str] = set()
 
-    def __call__(self, record: RunRecord) -> None:
-        """Print the lines of nodes finished since the last call."""
+    def __call__(self, event: dict[str, Any]) -> None:
+        """Print the lines of nodes finished since the last call, on a node's end."""
+        if event.get("event") == "node_end":
+            self.show(self.store.materialised())
+
+    def show(self, record: RunRecord) -> None:
+        """Print the lines of `record`'s finished nodes not printed yet."""
         for line in progress(record):
             node = line.split("]", 1)[0]
             if node not in self.printed:

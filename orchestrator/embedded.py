@@ -1,81 +1,71 @@
-"""The embedded default: a private Redis, an in-process worker and, if no model endpoint is
+"""The embedded default: a private Redis, worker processes and, if no model endpoint is
 configured, the workspace's scripted provider; all started for one command and stopped after.
+
+Order matters: the workers are forked before this process starts any thread (the provider
+runs in one), and they are killed before the provider and Redis stop, so no worker sees its
+model or its broker vanish mid-task.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import os
-import socket
-import threading
 from collections.abc import Iterator
 
 from celery import Celery
-from celery.worker import WorkController
 
+from orchestrator import fleet
+from orchestrator.app import configure
 from orchestrator.errors import BrokerError
-from orchestrator.redis_server import RedisServer
+from orchestrator.redis_server import RedisServer, free_port
+from orchestrator.settings import GraphSettings
 from orchestrator.workspace import Workspace
-from workers.provider import running_provider
 from workers.settings import HarnessSettings
 
-WORKER_STOP_TIMEOUT_S = 30.0
+LOOPBACK = "127.0.0.1"
+
+
+def layout(pool_size: int, processes: int | None = None) -> tuple[int, int]:
+    """(processes, threads each) for `pool_size` tickets in flight: one process per core."""
+    procs = max(1, min(processes or os.cpu_count() or 1, pool_size))
+    return procs, math.ceil(pool_size / procs)
 
 
 @contextlib.contextmanager
-def redis() -> Iterator[str]:
-    """A private redis-server for the duration; yields its broker URL."""
-    with RedisServer() as server:
-        yield server.url
-
-
-@contextlib.contextmanager
-def model_endpoint(workspace: Workspace, llm: HarnessSettings) -> Iterator[HarnessSettings]:
-    """LLM_BASE_URL if set; else serve the workspace's scenarios/demo.yaml for the duration."""
-    if llm.base_url:
-        yield llm
-        return
-    if not workspace.scenarios.exists():
+def cluster(
+    workspace: Workspace, settings: GraphSettings, llm: HarnessSettings, pool_size: int
+) -> Iterator[Celery]:
+    """Redis, workers and the model endpoint for one run; yields the configured app."""
+    scripted = not llm.base_url
+    if scripted and not workspace.scenarios.exists():
         raise BrokerError(
             "no model endpoint: set LLM_BASE_URL, or add scripted scenarios at "
             f"{workspace.scenarios}"
         )
-    with running_provider(workspace.scenarios) as url:
-        yield llm.model_copy(update={"base_url": url})
-
-
-class _ReadyWorker(WorkController):
-    """A worker that tells when its consumer is ready to take tasks."""
-
-    def __init__(self, *args: object, **kwargs: object) -> None:
-        self.ready = threading.Event()
-        super().__init__(*args, **kwargs)
-
-    def on_consumer_ready(self, consumer: object) -> None:
-        """Called by Celery once the consumer is connected."""
-        super().on_consumer_ready(consumer)
-        self.ready.set()
+    port = free_port() if scripted else 0
+    live = llm.model_copy(update={"base_url": f"http://{LOOPBACK}:{port}/v1"}) if scripted else llm
+    with RedisServer() as redis_server:
+        app = configure(redis_server.url, settings, live)
+        processes, threads = layout(pool_size, settings.processes)
+        workers = fleet.start(app, f"embedded-{os.getpid()}", processes, threads)
+        try:
+            with _provider(workspace, port if scripted else None):
+                try:
+                    yield app
+                finally:
+                    workers.stop(graceful=False)  # all work is on disk; Redis dies next
+        finally:
+            workers.stop(graceful=False)
 
 
 @contextlib.contextmanager
-def worker(app: Celery, concurrency: int) -> Iterator[WorkController]:
-    """An in-process worker (threads pool) for the duration, stopped cleanly after."""
-    controller = _ReadyWorker(
-        app=app,
-        hostname=f"embedded-{os.getpid()}@{socket.gethostname()}",
-        concurrency=concurrency,
-        pool="threads",
-        loglevel="WARNING",
-        without_heartbeat=False,  # Flower shows a worker as online only with heartbeats
-        without_mingle=True,
-        without_gossip=True,
-    )
-    thread = threading.Thread(target=controller.start, name="embedded-worker", daemon=True)
-    thread.start()
-    try:
-        if not controller.ready.wait(WORKER_STOP_TIMEOUT_S):
-            raise BrokerError("the embedded worker did not become ready")
-        yield controller
-    finally:
-        controller.stop(in_sighandler=False)
-        thread.join(WORKER_STOP_TIMEOUT_S)
+def _provider(workspace: Workspace, port: int | None) -> Iterator[None]:
+    """Serve the workspace's scenarios on `port` for the duration (nothing if None)."""
+    if port is None:
+        yield
+        return
+    from workers.provider import running_provider  # loaded only when a run serves scripts
+
+    with running_provider(workspace.scenarios, LOOPBACK, port):
+        yield

@@ -3,7 +3,7 @@
 GraphError
 ├── InboxError        a ticket file cannot be read or is malformed
 ├── RunStateError     a run folder or its run-state.json is missing or corrupt
-├── BrokerError       the broker or result backend cannot be reached or started
+├── BrokerError       the broker cannot be reached, or the embedded one started
 ├── RouteFailed       the router's model run did not answer
 └── RunTimeout        the verdict did not arrive in time
 """
@@ -24,7 +24,7 @@ class RunStateError(GraphError):
 
 
 class BrokerError(GraphError):
-    """The broker or result backend failed."""
+    """The broker failed, or the embedded one could not start."""
 
 
 class RouteFailed(GraphError):

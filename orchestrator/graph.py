@@ -1,34 +1,78 @@
-"""The plan of a run, as one Celery canvas.
+"""The plan of a run: which step follows which, and how many tickets are in flight.
 
-    route ─▶ chord(lanes of draft(ticket), merge) ─▶ chord(lanes of review(ticket), report)
+    route ──▶ draft(ticket) × N, at most pool_size in flight ──▶ merge
+          ──▶ review(ticket) × N, at most pool_size in flight ──▶ report
 
-Tickets are dealt round-robin into `pool_size` lanes; each lane is a chain, so at most
-`pool_size` tickets of a run are in flight however many workers listen. Every task takes the
-run folder and a ticket id, never a payload.
+Each arrow is a message sent by the task that finishes the step before it, carrying only the
+run folder, the submission's `attempt` id and a ticket id. A fan-out starts `pool_size`
+ticket tasks; each one that finishes sends the next ticket (no lanes, no waves), and the one
+that finishes the last ticket sends the barrier. `submit` starts a run, or resumes one, at the
+first step its records show unfinished.
 """
 
 from __future__ import annotations
 
-from celery import Task, chain, chord
-from celery.canvas import Signature
+from dataclasses import dataclass
 
-from orchestrator import tasks
+import redis
 
-
-def plan(run_dir: str, ticket_ids: list[str], pool_size: int, stop_after: str | None) -> Signature:
-    """The canvas of one run; it stops after merge when asked to."""
-    steps = [
-        tasks.route.si(run_dir),
-        chord(lanes(tasks.draft, run_dir, ticket_ids, pool_size), tasks.merge.si(run_dir)),
-    ]
-    if stop_after != "merge":
-        steps.append(
-            chord(lanes(tasks.review, run_dir, ticket_ids, pool_size), tasks.report.si(run_dir))
-        )
-    return chain(*steps)
+from orchestrator import dispatch
+from orchestrator.app import app
+from orchestrator.records import RunRecord, TicketStatus
+from orchestrator.runstate import RunStore
 
 
-def lanes(task: Task, run_dir: str, ticket_ids: list[str], pool_size: int) -> list[Signature]:
-    """`pool_size` chains of per-ticket tasks, tickets dealt round-robin."""
-    width = max(1, min(pool_size, len(ticket_ids)))
-    return [chain(*(task.si(run_dir, t) for t in ticket_ids[lane::width])) for lane in range(width)]
+@dataclass(frozen=True)
+class FanOut:
+    """A per-ticket step, the tickets it takes, and the barrier that follows it."""
+
+    phase: str
+    task: str
+    takes: TicketStatus
+    then: str
+
+
+DRAFT = FanOut("draft", "orchestrator.draft", TicketStatus.ROUTED, "orchestrator.merge")
+REVIEW = FanOut("review", "orchestrator.review", TicketStatus.DRAFTED, "orchestrator.report")
+
+
+def submit(r: redis.Redis, store: RunStore, record: RunRecord, attempt: str) -> None:
+    """Send the first unfinished step of the run."""
+    run_dir = str(store.dir)
+    if not record.done("route"):
+        _send("orchestrator.route", run_dir, attempt)
+    elif not record.done("merge"):
+        fan_out(r, DRAFT, store, attempt, _taking(record, DRAFT), record.config.pool_size)
+    elif not record.done("report"):
+        fan_out(r, REVIEW, store, attempt, _taking(record, REVIEW), record.config.pool_size)
+    else:
+        _send("orchestrator.report", run_dir, attempt)
+
+
+def fan_out(
+    r: redis.Redis, step: FanOut, store: RunStore, attempt: str, ticket_ids: list[str], pool: int
+) -> None:
+    """Start a fan-out over `ticket_ids`; with none to take, go straight to its barrier."""
+    phase = dispatch.Phase(store.run_id, attempt, step.phase)
+    first = dispatch.start(r, phase, ticket_ids, pool)
+    if not ticket_ids:
+        _send(step.then, str(store.dir), attempt)
+    for ticket_id in first:
+        _send(step.task, str(store.dir), attempt, ticket_id)
+
+
+def hand_on(r: redis.Redis, step: FanOut, store: RunStore, attempt: str, ticket_id: str) -> None:
+    """A ticket is done: send the next one into its slot, and the barrier after the last."""
+    handoff = dispatch.advance(r, dispatch.Phase(store.run_id, attempt, step.phase), ticket_id)
+    if handoff.next_ticket is not None:
+        _send(step.task, str(store.dir), attempt, handoff.next_ticket)
+    if handoff.barrier:
+        _send(step.then, str(store.dir), attempt)
+
+
+def _taking(record: RunRecord, step: FanOut) -> list[str]:
+    return [i for i, t in record.tickets.items() if t.status is step.takes]
+
+
+def _send(task: str, *args: str) -> None:
+    app.send_task(task, args=list(args), ignore_result=True)

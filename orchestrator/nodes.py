@@ -1,12 +1,16 @@
 """The five nodes as plain functions over a run folder. Celery tasks only call these.
 
-Every node is idempotent per run and ticket: it reads the record, skips work already done,
+Every node is idempotent per run and ticket: it reads the records, skips work already done,
 and persists after each small step, so a resumed run never pays for a finished step again.
+A per-ticket step reads and writes only run.json and its own ticket's record; the
+single-writer steps (route, merge, report) read every record and materialise run-state.json.
 """
 
 from __future__ import annotations
 
+import functools
 import re
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,7 +18,15 @@ from orchestrator import gate, prompts, report
 from orchestrator.agents import AgentResult, run_agent
 from orchestrator.errors import RouteFailed
 from orchestrator.exit_codes import ExitCode
-from orchestrator.runstate import RunPhase, RunRecord, RunStore, StepUsage, TicketStatus
+from orchestrator.records import (
+    NodeRecord,
+    RunMeta,
+    RunPhase,
+    StepUsage,
+    TicketRecord,
+    TicketStatus,
+)
+from orchestrator.runstate import RunStore
 from orchestrator.toolbox import tools_for
 from workers import atomic
 from workers.settings import HarnessSettings
@@ -31,6 +43,11 @@ class Context:
     store: RunStore
     llm: HarnessSettings
 
+    @functools.cached_property
+    def meta(self) -> RunMeta:
+        """run.json as this step found it (config, workspace)."""
+        return self.store.meta()
+
     def tracer(self, node: str, **fields: object) -> Tracer:
         """A tracer for this run with the node (and ticket) on every line."""
         return self.store.tracer(node=node, **fields)
@@ -40,44 +57,44 @@ class Context:
         return self.store.ticket_path(ticket_id).read_text(encoding="utf-8")
 
 
-def route(ctx: Context) -> dict[str, int]:
+def route(ctx: Context) -> list[str]:
     """One model call classifies every claimed ticket; labels outside the list become other."""
-    record = ctx.store.read()
-    if record.done("route"):
-        return {"tickets": len(record.tickets)}
+    ids = ctx.store.ticket_ids()
+    if _done(ctx, "route"):
+        return ids
     trace = ctx.tracer("route")
     _open(ctx, "route", trace)
-    ids = list(record.tickets)
-    system = prompts.ROUTER.format(categories=", ".join(record.config.categories))
+    config = ctx.meta.config
     result = run_agent(
-        system,
+        prompts.ROUTER.format(categories=", ".join(config.categories)),
         prompts.router_input([(i, ctx.ticket_text(i)) for i in ids]),
         [],
-        record.config,
+        config,
         ctx.llm,
         trace,
         ctx.store.agent_path("_router", "route"),
     )
     if not result.ok:
         raise RouteFailed(f"the router did not answer: {result.error}")
-    categories = _parse_routes(result.text or "", ids, record.config.categories, trace)
-    with ctx.store.update() as rec:
-        for ticket_id, category in categories.items():
-            rec.tickets[ticket_id].category = category
-            rec.tickets[ticket_id].status = TicketStatus.ROUTED
-        node = rec.finish("route", result.usage.calls, result.usage.tokens)
+    categories = _parse_routes(result.text or "", ids, config.categories, trace)
+    tickets = ctx.store.tickets()
+    for ticket_id, category in categories.items():
+        tickets[ticket_id].category, tickets[ticket_id].status = category, TicketStatus.ROUTED
+    atomic.write_many((ctx.store.record_path(i), t.model_dump_json()) for i, t in tickets.items())
     for ticket_id, category in categories.items():
         trace.emit("routed", ticket=ticket_id, category=category)
-    trace.emit("node_end", ms=node.ms, calls=node.calls, tokens=node.tokens)
-    return {"tickets": len(categories)}
+    _close(ctx, "route", trace, result.usage.calls, result.usage.tokens)
+    ctx.store.materialise()
+    return ids
 
 
 def _parse_routes(text: str, ids: list[str], allowed: list[str], trace: Tracer) -> dict[str, str]:
     """Only `<claimed id>: <category>` lines count; unknown labels are clamped to other."""
+    claimed = set(ids)
     found: dict[str, str] = {}
     for line in text.splitlines():
         match = ROUTE_LINE.match(line)
-        if not match or match[1] not in ids:
+        if not match or match[1] not in claimed:
             continue
         ticket_id, raw = match[1], match[2]
         category = raw if raw in allowed else OTHER
@@ -87,13 +104,12 @@ def _parse_routes(text: str, ids: list[str], allowed: list[str], trace: Tracer) 
     return {ticket_id: found.get(ticket_id, OTHER) for ticket_id in ids}
 
 
-def draft(ctx: Context, ticket_id: str) -> dict[str, str]:
+def draft(ctx: Context, ticket_id: str) -> str:
     """Draft one ticket: its category's worker (a harness run) or the template."""
-    record = ctx.store.read()
-    ticket = record.tickets[ticket_id]
+    ticket = ctx.store.ticket(ticket_id)
     if ticket.status is not TicketStatus.ROUTED:
-        return {"ticket": ticket_id, "status": ticket.status.value}
-    if "fanout" not in record.nodes:
+        return ticket.status.value
+    if ctx.store.node("fanout") is None:
         _open(ctx, "fanout", ctx.tracer("fanout"))
     trace = ctx.tracer("fanout", ticket=ticket_id)
     category = ticket.category or OTHER
@@ -103,7 +119,7 @@ def draft(ctx: Context, ticket_id: str) -> dict[str, str]:
         return _drafted(ctx, ticket_id, text, "template", StepUsage())
     handler = f"worker:{category}"
     task = prompts.draft_input(ticket_id, ctx.ticket_text(ticket_id))
-    result = _worker(ctx, record, ticket_id, category, "draft", task, trace)
+    result = _worker(ctx, ticket_id, category, "draft", task, trace)
     if not result.ok:
         error = result.error or "no draft"
         return fail_ticket(ctx, ticket_id, "fanout", error, handler, result.usage)
@@ -111,32 +127,23 @@ def draft(ctx: Context, ticket_id: str) -> dict[str, str]:
     return _drafted(ctx, ticket_id, result.text or "", handler, result.usage)
 
 
-def _drafted(
-    ctx: Context, ticket_id: str, text: str, handler: str, usage: StepUsage
-) -> dict[str, str]:
+def _drafted(ctx: Context, ticket_id: str, text: str, handler: str, usage: StepUsage) -> str:
     """Leave the draft in the run folder for merge, and mark the ticket drafted."""
     atomic.write_text(ctx.store.draft_path(ticket_id), text.strip() + "\n")
-    with ctx.store.update() as rec:
-        t = rec.tickets[ticket_id]
-        t.handler, t.draft, t.status = handler, usage, TicketStatus.DRAFTED
-    return {"ticket": ticket_id, "status": TicketStatus.DRAFTED.value}
+    ticket = ctx.store.ticket(ticket_id)
+    ticket.handler, ticket.draft, ticket.status = handler, usage, TicketStatus.DRAFTED
+    ctx.store.save_ticket(ticket_id, ticket)
+    return ticket.status.value
 
 
 def _worker(
-    ctx: Context,
-    record: RunRecord,
-    ticket_id: str,
-    category: str,
-    step: str,
-    task: str,
-    trace: Tracer,
+    ctx: Context, ticket_id: str, category: str, step: str, task: str, trace: Tracer
 ) -> AgentResult:
-    workspace = Path(record.workspace)
     return run_agent(
         prompts.WORKERS[category],
         task,
-        tools_for(category, workspace),
-        record.config,
+        tools_for(category, Path(ctx.meta.workspace)),
+        ctx.meta.config,
         ctx.llm,
         trace,
         ctx.store.agent_path(ticket_id, step),
@@ -150,66 +157,75 @@ def fail_ticket(
     error: str,
     handler: str | None = None,
     usage: StepUsage | None = None,
-) -> dict[str, str]:
+) -> str:
     """Record a ticket's worker failure as its verdict; the rest of the batch goes on."""
     step = "draft" if node == "fanout" else "review"
-    with ctx.store.update() as rec:
-        t = rec.tickets[ticket_id]
-        t.handler = handler or t.handler
-        t.error, t.stop, t.status = error, "worker_failed", TicketStatus.NEEDS_HUMAN
-        setattr(t, step, _add(getattr(t, step), usage or StepUsage()))
+    ticket = ctx.store.ticket(ticket_id)
+    ticket.handler = handler or ticket.handler
+    ticket.error, ticket.stop, ticket.status = error, "worker_failed", TicketStatus.NEEDS_HUMAN
+    setattr(ticket, step, getattr(ticket, step) + (usage or StepUsage()))
+    ctx.store.save_ticket(ticket_id, ticket)
     ctx.tracer(node, ticket=ticket_id).emit("worker_failed", error=error)
-    return {"ticket": ticket_id, "status": TicketStatus.NEEDS_HUMAN.value}
+    return ticket.status.value
 
 
-def merge(ctx: Context) -> dict[str, int]:
-    """Publish every draft to out/<id>.txt and record only references and one-line summaries."""
-    record = ctx.store.read()
-    if record.done("merge"):
-        return {"collected": sum(t.file is not None for t in record.tickets.values())}
-    _close(ctx, "fanout", "draft")
+def merge(ctx: Context) -> list[str]:
+    """Publish every draft to out/<id>.txt, record references and one-line summaries; return
+    the tickets review should take (none when the run stops after merge)."""
+    if not _done(ctx, "merge"):
+        _publish(ctx)
+    meta = ctx.store.meta()
+    if meta.config.stop_after == "merge":
+        with ctx.store.update_meta() as run:
+            run.end(RunPhase.STOPPED, ExitCode.STOPPED)
+        ctx.store.materialise()
+        return []
+    return [i for i, t in ctx.store.tickets().items() if t.status is TicketStatus.DRAFTED]
+
+
+def _publish(ctx: Context) -> None:
+    """Close the fan-out, copy drafts to out/ and note them on their tickets, in one flush."""
+    tickets = ctx.store.tickets()
+    _close_fanout(ctx, "fanout", [t.draft for t in tickets.values()])
     trace = ctx.tracer("merge")
     _open(ctx, "merge", trace)
-    out = Path(record.workspace) / "out"
-    published: dict[str, str] = {}
-    for ticket_id, ticket in record.tickets.items():
+    out = Path(ctx.meta.workspace) / "out"
+    writes: list[tuple[Path, str]] = []
+    for ticket_id, ticket in tickets.items():
         draft_file = ctx.store.draft_path(ticket_id)
         if ticket.status is not TicketStatus.DRAFTED or not draft_file.exists():
             continue
         text = draft_file.read_text(encoding="utf-8")
-        atomic.write_text(out / f"{ticket_id}.txt", text)
-        published[ticket_id] = text
-        trace.emit(
-            "collected", ticket=ticket_id, file=f"out/{ticket_id}.txt", chars=len(text.strip())
-        )
-    with ctx.store.update() as rec:
-        for ticket_id, text in published.items():
-            rec.tickets[ticket_id].file = f"out/{ticket_id}.txt"
-            rec.tickets[ticket_id].one_line = report.one_line(text)
-        node = rec.finish("merge")
-        if rec.config.stop_after == "merge":
-            rec.end(RunPhase.STOPPED, ExitCode.STOPPED)
-    trace.emit("node_end", ms=node.ms, calls=0, tokens=0)
-    return {"collected": sum(t.file is not None for t in ctx.store.read().tickets.values())}
+        ticket.file, ticket.one_line = f"out/{ticket_id}.txt", report.one_line(text)
+        writes += [(out / f"{ticket_id}.txt", text)]
+        writes += [(ctx.store.record_path(ticket_id), ticket.model_dump_json())]
+        trace.emit("collected", ticket=ticket_id, file=ticket.file, chars=len(text.strip()))
+    atomic.write_many(writes)
+    _close(ctx, "merge", trace)
+    ctx.store.materialise()
 
 
-def review(ctx: Context, ticket_id: str) -> dict[str, str]:
+def review(ctx: Context, ticket_id: str) -> str:
     """Gate one draft; while it fails, send it back to its worker; stop on the four reasons."""
-    record = ctx.store.read()
-    ticket = record.tickets[ticket_id]
+    ticket = ctx.store.ticket(ticket_id)
     if ticket.status is not TicketStatus.DRAFTED:
-        return {"ticket": ticket_id, "status": ticket.status.value}
+        return ticket.status.value
     trace = ctx.tracer("review", ticket=ticket_id)
-    if "review" not in record.nodes:
+    if ctx.store.node("review") is None:
         _open(ctx, "review", ctx.tracer("review"))
-    loop = ReviewLoop(ctx, record, ticket_id, trace)
+    loop = ReviewLoop(ctx, ticket_id, trace)
     outcome = loop.run()
-    with ctx.store.update() as rec:
-        t = rec.tickets[ticket_id]
-        t.gate_rounds, t.gate_reports, t.stop = loop.rounds, loop.reports, outcome.stop
-        t.status = TicketStatus.PASS if outcome.stop == "gate_pass" else TicketStatus.NEEDS_HUMAN
-        t.one_line, t.review, t.error = report.one_line(loop.text), loop.usage, outcome.error
-        return {"ticket": ticket_id, "status": t.status.value}
+    ticket = ctx.store.ticket(ticket_id)
+    ticket.gate_rounds, ticket.gate_reports, ticket.stop = loop.rounds, loop.reports, outcome.stop
+    passed = outcome.stop == "gate_pass"
+    ticket.status = TicketStatus.PASS if passed else TicketStatus.NEEDS_HUMAN
+    ticket.one_line, ticket.review, ticket.error = (
+        report.one_line(loop.text),
+        loop.usage,
+        outcome.error,
+    )
+    ctx.store.save_ticket(ticket_id, ticket)
+    return ticket.status.value
 
 
 @dataclass
@@ -223,17 +239,18 @@ class Outcome:
 class ReviewLoop:
     """Verify, fix, re-verify for one ticket, reading and writing its out/ file."""
 
-    def __init__(self, ctx: Context, record: RunRecord, ticket_id: str, trace: Tracer) -> None:
-        self.ctx, self.record, self.ticket_id, self.trace = ctx, record, ticket_id, trace
-        self.ticket = record.tickets[ticket_id]
-        self.path = Path(record.workspace) / (self.ticket.file or f"out/{ticket_id}.txt")
+    def __init__(self, ctx: Context, ticket_id: str, trace: Tracer) -> None:
+        self.ctx, self.ticket_id, self.trace = ctx, ticket_id, trace
+        self.config = ctx.meta.config
+        self.ticket = ctx.store.ticket(ticket_id)
+        self.path = Path(ctx.meta.workspace) / (self.ticket.file or f"out/{ticket_id}.txt")
         self.text = self.path.read_text(encoding="utf-8").strip()
         self.rounds, self.usage = 0, StepUsage()
         self.reports: list[str] = []
 
     def check(self) -> gate.GateResult:
         """Gate the current text and trace the verdict of this round."""
-        result = gate.check(self.ticket_id, self.text, self.record.config.filler_phrases)
+        result = gate.check(self.ticket_id, self.text, self.config.filler_phrases)
         self.trace.emit("gate", round=self.rounds, **{"pass": result.passed}, report=result.report)
         return result
 
@@ -242,7 +259,7 @@ class ReviewLoop:
         verdict, last_report = self.check(), None
         while not verdict.passed:
             self.reports.append(verdict.report)
-            if self.rounds >= self.record.config.max_rounds:
+            if self.rounds >= self.config.max_rounds:
                 return Outcome("max_rounds")
             if verdict.report == last_report:
                 return Outcome("no_progress")
@@ -259,8 +276,8 @@ class ReviewLoop:
         category = self.ticket.category or OTHER
         task = prompts.rewrite_input(self.ticket_id, self.text, gate_report)
         step = f"review-{self.rounds}"
-        result = _worker(self.ctx, self.record, self.ticket_id, category, step, task, self.trace)
-        self.usage = _add(self.usage, result.usage)
+        result = _worker(self.ctx, self.ticket_id, category, step, task, self.trace)
+        self.usage = self.usage + result.usage
         if not result.ok:
             return result.error or "no rewrite"
         self.trace.emit(
@@ -274,47 +291,66 @@ class ReviewLoop:
         return None
 
 
-def finish_report(ctx: Context) -> dict[str, int]:
+def finish_report(ctx: Context) -> int:
     """Close review, render the report, and record the exit code."""
-    record = ctx.store.read()
-    if record.status is RunPhase.DONE and record.exit_code is not None:
-        return {"exit_code": record.exit_code}
-    _close(ctx, "review", "review", rounds=True)
+    meta = ctx.store.meta()
+    if meta.status is RunPhase.DONE and meta.exit_code is not None:
+        return meta.exit_code
+    tickets = ctx.store.tickets()
+    _close_fanout(ctx, "review", [t.review for t in tickets.values()], tickets)
     trace = ctx.tracer("report")
     _open(ctx, "report", trace)
-    record = ctx.store.read()
-    needs_human = [t for t in record.tickets.values() if t.status is not TicketStatus.PASS]
+    needs_human = [t for t in tickets.values() if t.status is not TicketStatus.PASS]
     code = ExitCode.NEEDS_HUMAN if needs_human else ExitCode.ALL_PASS
-    atomic.write_text(ctx.store.report_path, report.render(record))
-    with ctx.store.update() as rec:
-        node = rec.finish("report")
-        rec.end(RunPhase.DONE, code)
-    trace.emit("node_end", ms=node.ms, calls=0, tokens=0)
-    return {"exit_code": code}
+    atomic.write_text(ctx.store.report_path, report.render(ctx.store.read()))
+    _close(ctx, "report", trace)
+    with ctx.store.update_meta() as run:
+        run.end(RunPhase.DONE, code)
+    ctx.store.materialise()
+    return code
+
+
+def record_crash(store: RunStore, exc: BaseException) -> int:
+    """Mark the run crashed, with the error, in its state and its trace; return exit code 3."""
+    error = f"{type(exc).__name__}: {exc}"
+    with store.update_meta() as run:
+        run.end(RunPhase.CRASHED, ExitCode.CRASHED, error)
+    store.tracer(node="run").emit("run_crashed", error=error)
+    store.materialise()
+    return ExitCode.CRASHED
+
+
+def _done(ctx: Context, node: str) -> bool:
+    record = ctx.store.node(node)
+    return record is not None and record.done
 
 
 def _open(ctx: Context, node: str, trace: Tracer) -> None:
     """Open a node once per run (the first task to get here does), tracing node_start."""
-    with ctx.store.update() as rec:
-        opened = rec.begin(node)
-    if opened:
+    if ctx.store.open_node(node, NodeRecord(started=time.time())):
         trace.emit("node_start")
 
 
-def _close(ctx: Context, node: str, step: str, rounds: bool = False) -> None:
-    """Close a fan-out node with the sum of its tickets' calls and tokens."""
-    with ctx.store.update() as rec:
-        if rec.done(node):
-            return
-        usages = [getattr(t, step) for t in rec.tickets.values()]
-        total_rounds = sum(t.gate_rounds for t in rec.tickets.values()) if rounds else None
-        node_rec = rec.finish(
-            node, sum(u.calls for u in usages), sum(u.tokens for u in usages), total_rounds
-        )
-    ctx.tracer(node).emit("node_end", ms=node_rec.ms, calls=node_rec.calls, tokens=node_rec.tokens)
+def _close(ctx: Context, node: str, trace: Tracer, calls: int = 0, tokens: int = 0) -> None:
+    """Close a node with its totals and trace node_end."""
+    record = ctx.store.node(node) or NodeRecord(started=time.time())
+    record.close(calls, tokens)
+    ctx.store.save_node(node, record)
+    trace.emit("node_end", ms=record.ms, calls=record.calls, tokens=record.tokens)
 
 
-def _add(a: StepUsage, b: StepUsage) -> StepUsage:
-    return StepUsage(
-        calls=a.calls + b.calls, tokens=a.tokens + b.tokens, cost_usd=a.cost_usd + b.cost_usd
-    )
+def _close_fanout(
+    ctx: Context,
+    node: str,
+    usages: list[StepUsage],
+    tickets: dict[str, TicketRecord] | None = None,
+) -> None:
+    """Close a fan-out node with the sum of its tickets' calls and tokens (and rounds)."""
+    record = ctx.store.node(node) or NodeRecord(started=time.time())
+    if record.done:
+        return
+    total = sum(usages, StepUsage())
+    rounds = sum(t.gate_rounds for t in tickets.values()) if tickets is not None else None
+    record.close(total.calls, total.tokens, rounds)
+    ctx.store.save_node(node, record)
+    ctx.tracer(node).emit("node_end", ms=record.ms, calls=record.calls, tokens=record.tokens)

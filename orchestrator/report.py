@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from orchestrator.runstate import RunRecord, TicketStatus
+from orchestrator.records import RunRecord, TicketStatus
 
 NODE_ORDER = ("route", "fanout", "merge", "review")
 ONE_LINE_CHARS = 22

@@ -1,9 +1,12 @@
-"""run-state.json: one run's nodes and tickets, updated by many workers without losing a record.
+"""The files of one run: small records written independently, run-state.json made from them.
 
-Every update is read-modify-write under an exclusive `flock` on the run's lock file, and the
-write is atomic (temp file, fsync, rename), so a reader never sees half a file and two
-workers never overwrite each other's ticket. The run folder must be on a volume all workers
-share (same path on every machine).
+Per-ticket steps read and write only their own ticket's record (`records/<ticket>.json`) and
+the small run.json, so an update costs the same at 6 tickets and at 10,000, and no lock is
+taken on the hot path: each ticket has one writer at a time (the task that holds it), and
+every write is atomic (temp file, fsync, rename). A node is opened by whoever creates its
+file first (`os.link` of a complete temp file fails if the name exists). run-state.json is
+materialised from the records by the single-writer steps (route, merge, report), by `status`,
+and at the end. The run folder must be on a volume all workers share (same path everywhere).
 """
 
 from __future__ import annotations
@@ -13,132 +16,25 @@ import fcntl
 import json
 import os
 import secrets
-import time
+import tempfile
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from enum import StrEnum
 from pathlib import Path
+from typing import TypeVar
 
 from pydantic import BaseModel, ValidationError
 
 from orchestrator.errors import RunStateError
-from orchestrator.exit_codes import ExitCode
+from orchestrator.records import NodeRecord, RunMeta, RunRecord, TicketRecord
 from workers import atomic
 from workers.trace import Tracer, now_iso
 
 STATE_FILE = "run-state.json"
+META_FILE = "run.json"
 TRACE_FILE = "run.jsonl"
 REPORT_FILE = "report.txt"
 
-
-class TicketStatus(StrEnum):
-    """Where a ticket is in the graph."""
-
-    CLAIMED = "claimed"
-    ROUTED = "routed"
-    DRAFTED = "drafted"
-    PASS = "pass"
-    NEEDS_HUMAN = "needs_human"
-
-
-class RunPhase(StrEnum):
-    """Where the run as a whole is."""
-
-    RUNNING = "running"
-    STOPPED = "stopped_early"
-    DONE = "done"
-    CRASHED = "crashed"
-
-
-class NodeRecord(BaseModel):
-    """Time, model calls and tokens of one node (per the seed's summary table)."""
-
-    ms: int = 0
-    calls: int = 0
-    tokens: int = 0
-    status: str = "running"
-    rounds: int | None = None
-    started: float | None = None  # epoch seconds, so any machine can close the node
-    error: str | None = None
-
-
-class StepUsage(BaseModel):
-    """What one ticket's step (drafting or review) spent."""
-
-    calls: int = 0
-    tokens: int = 0
-    cost_usd: float = 0.0
-
-
-class TicketRecord(BaseModel):
-    """One ticket's record: the seed's fields plus where it came from and what it cost."""
-
-    category: str | None = None
-    handler: str | None = None
-    file: str | None = None
-    one_line: str | None = None
-    gate_rounds: int = 0
-    gate_reports: list[str] = []
-    stop: str | None = None
-    status: TicketStatus = TicketStatus.CLAIMED
-    source: str
-    error: str | None = None
-    draft: StepUsage = StepUsage()
-    review: StepUsage = StepUsage()
-
-
-class RunConfig(BaseModel):
-    """The run's effective configuration, fixed at submit time so every worker agrees."""
-
-    categories: list[str]
-    pool_size: int
-    max_rounds: int
-    filler_phrases: list[str]
-    model: str
-    max_turns: int
-    budget_usd: float | None
-    stop_after: str | None = None
-
-
-class RunRecord(BaseModel):
-    """The whole run-state.json."""
-
-    version: int = 1
-    run_id: str
-    started_at: str
-    updated_at: str
-    workspace: str
-    status: RunPhase = RunPhase.RUNNING
-    exit_code: int | None = None
-    error: str | None = None
-    config: RunConfig
-    nodes: dict[str, NodeRecord] = {}
-    tickets: dict[str, TicketRecord] = {}
-
-    def done(self, node: str) -> bool:
-        """True once `node` has finished."""
-        return node in self.nodes and self.nodes[node].status == "ok"
-
-    def end(self, status: RunPhase, exit_code: int | None, error: str | None = None) -> None:
-        """Set where the run ended and the exit code cron will see."""
-        self.status, self.exit_code, self.error = status, exit_code, error
-
-    def begin(self, node: str) -> bool:
-        """Open `node` if nobody has yet; True if this call opened it."""
-        if node in self.nodes:
-            return False
-        self.nodes[node] = NodeRecord(started=time.time())
-        return True
-
-    def finish(
-        self, node: str, calls: int = 0, tokens: int = 0, rounds: int | None = None
-    ) -> NodeRecord:
-        """Close `node` with its totals; its time runs from `begin` to now."""
-        record = self.nodes.setdefault(node, NodeRecord(started=time.time()))
-        record.ms = round((time.time() - (record.started or time.time())) * 1000)
-        record.calls, record.tokens, record.rounds = calls, tokens, rounds
-        record.status = "ok"
-        return record
+M = TypeVar("M", bound=BaseModel)
 
 
 def new_run_id() -> str:
@@ -153,9 +49,19 @@ class RunStore:
         self.dir = run_dir.resolve()  # workers on other machines get this path as is
 
     @property
+    def run_id(self) -> str:
+        """The run id is the folder's name."""
+        return self.dir.name
+
+    @property
     def state_path(self) -> Path:
-        """run-state.json of this run."""
+        """run-state.json of this run (materialised)."""
         return self.dir / STATE_FILE
+
+    @property
+    def meta_path(self) -> Path:
+        """run.json: the run without its nodes and tickets."""
+        return self.dir / META_FILE
 
     @property
     def trace_path(self) -> Path:
@@ -179,41 +85,126 @@ class RunStore:
         """The ticket's text as claimed into the run (later nodes read it from here)."""
         return self.dir / "tickets" / f"{ticket_id}.txt"
 
+    def record_path(self, ticket_id: str) -> Path:
+        """The ticket's record."""
+        return self.dir / "records" / f"{ticket_id}.json"
+
+    def node_path(self, node: str) -> Path:
+        """One node's record."""
+        return self.dir / "nodes" / f"{node}.json"
+
     def tracer(self, **fields: object) -> Tracer:
         """A tracer appending to this run's run.jsonl; the run id is the folder's name."""
-        return Tracer(self.trace_path, self.dir.name, **fields)
+        return Tracer(self.trace_path, self.run_id, **fields)
 
-    def read(self) -> RunRecord:
-        """The current record; `RunStateError` if missing or corrupt."""
-        try:
-            return RunRecord.model_validate(json.loads(self.state_path.read_text(encoding="utf-8")))
-        except FileNotFoundError as exc:
-            raise RunStateError(f"no run state at {self.state_path}") from exc
-        except (ValueError, ValidationError) as exc:
-            raise RunStateError(f"corrupt run state at {self.state_path}: {exc}") from exc
+    # --- the run ---------------------------------------------------------------------------
 
-    def version(self) -> tuple[int, int, int]:
-        """Changes (almost always) when a writer replaces run-state.json: a new file each time."""
-        info = self.state_path.stat()
-        return info.st_ino, info.st_mtime_ns, info.st_size
+    def meta(self) -> RunMeta:
+        """run.json; `RunStateError` if missing or corrupt."""
+        return _load(RunMeta, self.meta_path)
 
-    def write(self, record: RunRecord) -> None:
-        """Write the record atomically (callers hold the lock, see `update`)."""
-        record.updated_at = now_iso()
-        atomic.write_text(self.state_path, record.model_dump_json(indent=2))
+    def write_meta(self, meta: RunMeta) -> None:
+        """Write run.json atomically."""
+        meta.updated_at = now_iso()
+        atomic.write_text(self.meta_path, meta.model_dump_json(indent=2))
 
     @contextlib.contextmanager
-    def update(self) -> Iterator[RunRecord]:
-        """Read, let the caller change, and write the record, all under the run's lock."""
-        self.dir.mkdir(parents=True, exist_ok=True)
+    def update_meta(self) -> Iterator[RunMeta]:
+        """Read, let the caller change, and write run.json under the run's lock.
+
+        Only whole-run transitions come here (start, stop, crash, verdict): a handful per run.
+        """
         fd = os.open(self.dir / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
-            record = self.read()
-            yield record
-            self.write(record)
+            meta = self.meta()
+            yield meta
+            self.write_meta(meta)
         finally:
             os.close(fd)  # closing the descriptor releases the lock
+
+    # --- tickets ---------------------------------------------------------------------------
+
+    def ticket(self, ticket_id: str) -> TicketRecord:
+        """One ticket's record."""
+        return _load(TicketRecord, self.record_path(ticket_id))
+
+    def save_ticket(self, ticket_id: str, record: TicketRecord) -> None:
+        """Write one ticket's record (its holder is the only writer)."""
+        atomic.write_text(self.record_path(ticket_id), record.model_dump_json())
+
+    def ticket_ids(self) -> list[str]:
+        """Every ticket of the run, sorted."""
+        folder = self.dir / "records"
+        names = os.listdir(folder) if folder.is_dir() else []
+        return sorted(n[: -len(".json")] for n in names if n.endswith(".json"))
+
+    def tickets(self) -> dict[str, TicketRecord]:
+        """Every ticket's record, by id (reads one file per ticket: for single-writer steps)."""
+        return {ticket_id: self.ticket(ticket_id) for ticket_id in self.ticket_ids()}
+
+    # --- nodes -----------------------------------------------------------------------------
+
+    def node(self, name: str) -> NodeRecord | None:
+        """One node's record, or None if the node has not started."""
+        path = self.node_path(name)
+        return _load(NodeRecord, path) if path.exists() else None
+
+    def open_node(self, name: str, record: NodeRecord) -> bool:
+        """Create the node's record unless it exists; True if this call created it."""
+        path = self.node_path(name)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                handle.write(record.model_dump_json())
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.link(tmp, path)  # atomic create-if-absent, complete from its first moment
+            return True
+        except FileExistsError:
+            return False
+        finally:
+            os.unlink(tmp)
+
+    def save_node(self, name: str, record: NodeRecord) -> None:
+        """Write one node's record."""
+        atomic.write_text(self.node_path(name), record.model_dump_json())
+
+    def nodes(self) -> dict[str, NodeRecord]:
+        """Every started node's record, by name."""
+        folder = self.dir / "nodes"
+        names = sorted(os.listdir(folder)) if folder.is_dir() else []
+        return {
+            n[: -len(".json")]: _load(NodeRecord, folder / n) for n in names if n.endswith(".json")
+        }
+
+    # --- the whole run ---------------------------------------------------------------------
+
+    def read(self) -> RunRecord:
+        """The whole run, assembled from its records (what run-state.json shows)."""
+        meta = self.meta()
+        return RunRecord(**dict(meta), nodes=self.nodes(), tickets=self.tickets())
+
+    def materialise(self) -> RunRecord:
+        """Assemble the whole run and write it to run-state.json; return it."""
+        record = self.read()
+        atomic.write_text(self.state_path, record.model_dump_json(indent=2))
+        return record
+
+    def materialised(self) -> RunRecord:
+        """run-state.json as last materialised (one file read, however many tickets)."""
+        return _load(RunRecord, self.state_path)
+
+
+def _load(model: type[M], path: Path) -> M:
+    """A record file parsed as `model`; `RunStateError` if missing or corrupt."""
+    try:
+        return model.model_validate(json.loads(path.read_bytes()))
+    except FileNotFoundError as exc:
+        raise RunStateError(f"no run state at {path}") from exc
+    except (ValueError, ValidationError) as exc:
+        raise RunStateError(f"corrupt run state at {path}: {exc}") from exc
 
 
 def link_latest(workspace_root: Path, store: RunStore) -> None:
@@ -225,18 +216,9 @@ def link_latest(workspace_root: Path, store: RunStore) -> None:
         os.replace(tmp, link)
 
 
-def record_crash(store: RunStore, exc: BaseException) -> int:
-    """Mark the run crashed, with the error, in its state and its trace; return exit code 3."""
-    error = f"{type(exc).__name__}: {exc}"
-    with store.update() as record:
-        record.end(RunPhase.CRASHED, ExitCode.CRASHED, error)
-    store.tracer(node="run").emit("run_crashed", error=error)
-    return ExitCode.CRASHED
-
-
 def find(workspace_root: Path, run_id: str) -> RunStore:
     """The store of `run_id` in this workspace; `RunStateError` if there is none."""
     store = RunStore(workspace_root / "runs" / run_id)
-    if not store.state_path.exists():
+    if not store.meta_path.exists():
         raise RunStateError(f"no run {run_id!r} under {workspace_root / 'runs'}")
     return store

@@ -18,7 +18,6 @@ class GraphSettings(BaseSettings):
     broker_url: str | None = Field(
         default=None, description="Redis URL; unset means an embedded Redis for one run"
     )
-    result_backend: str | None = Field(default=None, description="defaults to the broker URL")
     pool_size: int | None = Field(
         default=None, ge=1, validation_alias=AliasChoices("TICKETGRAPH_POOL_SIZE", "POOL_SIZE")
     )
@@ -30,7 +29,9 @@ class GraphSettings(BaseSettings):
     soft_time_limit_s: int = 600
     time_limit_s: int = 660
     visibility_timeout_s: int = 900
-    result_expires_s: int = 24 * 3600
+    processes: int | None = Field(
+        default=None, ge=1, description="embedded worker processes (default: one per core)"
+    )
     run_timeout_s: float = Field(default=3600, description="how long `run` waits for a verdict")
 
     @model_validator(mode="after")

@@ -1,70 +1,118 @@
-"""Thin Celery tasks: take references (a run folder, a ticket id), call the node, return
-references. Drafting and review tasks never raise into their chord: a failure is recorded on
-the ticket and the task returns normally (a raising header task would hand merge a ChordError).
+"""Thin Celery tasks: take references (a run folder, the submission's attempt id, a ticket id),
+call the node, send what the plan says comes next, and return a small summary.
+
+Per-ticket tasks never raise: a failure is recorded on the ticket and its slot is handed on,
+so one bad ticket cannot stall its fan-out. Whole-run steps that raise mark the run crashed
+and tell the waiting CLI before Celery sees the error.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
-from orchestrator import nodes
+import redis
+from celery import Task
+
+from orchestrator import dispatch, graph, keys, nodes
+from orchestrator.agents import shared_client
 from orchestrator.app import app, worker_llm
-from orchestrator.runstate import RunStore, record_crash
+from orchestrator.runstate import RunStore
 
 T = TypeVar("T")
+
+
+def warm_up() -> None:
+    """Build what every task needs once, before worker processes are forked from this one.
+
+    The model client costs about 80 ms to build (its SSL context); built here, each forked
+    process starts with it instead of paying for it in its first ticket. It holds no
+    connection yet, so nothing is shared across the fork.
+    """
+    shared_client(worker_llm())
+    "".encode("idna")  # the first request imports the idna codec
 
 
 def _ctx(run_dir: str) -> nodes.Context:
     return nodes.Context(store=RunStore(Path(run_dir)), llm=worker_llm())
 
 
-def _crash_on_error(run_dir: str, step: Callable[[nodes.Context], T]) -> T:
+def _redis() -> redis.Redis:
+    return keys.client(app.conf.broker_url)
+
+
+def _whole_run(run_dir: str, step: Callable[[nodes.Context], T]) -> T:
     """Run a whole-run step; if it raises, the run is marked crashed before Celery sees it."""
+    ctx = _ctx(run_dir)
     try:
-        return step(_ctx(run_dir))
+        return step(ctx)
     except Exception as exc:
-        record_crash(RunStore(Path(run_dir)), exc)
+        nodes.record_crash(ctx.store, exc)
+        dispatch.publish(_redis(), ctx.store.run_id, "run_end")
         raise
 
 
 def _per_ticket(
-    run_dir: str, ticket_id: str, node: str, step: Callable[[nodes.Context, str], T]
-) -> T | dict[str, str]:
-    """Run a per-ticket step; a failure becomes the ticket's verdict, never a chord error."""
-    ctx = _ctx(run_dir)
+    task: Task, step: graph.FanOut, run_dir: str, attempt: str, ticket_id: str
+) -> dict[str, str]:
+    """Hold the ticket, run its step (a failure becomes its verdict), hand its slot on."""
+    ctx, r = _ctx(run_dir), _redis()
+    phase = dispatch.Phase(ctx.store.run_id, attempt, step.phase)
+    limit = int(app.conf.task_time_limit or 0) + 60
+    if not dispatch.hold(r, phase, ticket_id, task.request.id or "", limit):
+        return {"ticket": ticket_id, "status": "held elsewhere"}
+    node = "fanout" if step is graph.DRAFT else "review"
+    run = nodes.draft if step is graph.DRAFT else nodes.review
     try:
-        return step(ctx, ticket_id)
+        status = run(ctx, ticket_id)
     except Exception as exc:
-        return nodes.fail_ticket(ctx, ticket_id, node, f"{type(exc).__name__}: {exc}")
+        status = nodes.fail_ticket(ctx, ticket_id, node, f"{type(exc).__name__}: {exc}")
+    graph.hand_on(r, step, ctx.store, attempt, ticket_id)
+    return {"ticket": ticket_id, "status": status}
 
 
 @app.task(name="orchestrator.route")
-def route(run_dir: str) -> dict[str, int]:
-    """Classify every claimed ticket with one model call."""
-    return _crash_on_error(run_dir, nodes.route)
+def route(run_dir: str, attempt: str) -> dict[str, Any]:
+    """Classify every claimed ticket with one model call, then fan the drafts out."""
+    ctx = _ctx(run_dir)
+    ids = _whole_run(run_dir, nodes.route)
+    dispatch.publish(_redis(), ctx.store.run_id, "node_end", node="route")
+    record = ctx.store.materialised()
+    drafting = [i for i, t in record.tickets.items() if t.status is graph.DRAFT.takes]
+    graph.fan_out(_redis(), graph.DRAFT, ctx.store, attempt, drafting, record.config.pool_size)
+    return {"tickets": len(ids)}
 
 
-@app.task(name="orchestrator.draft")
-def draft(run_dir: str, ticket_id: str) -> dict[str, str]:
+@app.task(name="orchestrator.draft", bind=True)
+def draft(self: Task, run_dir: str, attempt: str, ticket_id: str) -> dict[str, str]:
     """Draft one ticket; a failure becomes that ticket's verdict."""
-    return _per_ticket(run_dir, ticket_id, "fanout", nodes.draft)
+    return _per_ticket(self, graph.DRAFT, run_dir, attempt, ticket_id)
 
 
 @app.task(name="orchestrator.merge")
-def merge(run_dir: str) -> dict[str, int]:
-    """Publish drafts to out/ and collect references."""
-    return _crash_on_error(run_dir, nodes.merge)
+def merge(run_dir: str, attempt: str) -> dict[str, int]:
+    """Publish drafts to out/, then fan the reviews out (unless the run stops here)."""
+    ctx = _ctx(run_dir)
+    reviewing = _whole_run(run_dir, nodes.merge)
+    r = _redis()
+    dispatch.publish(r, ctx.store.run_id, "node_end", node="merge")
+    if ctx.store.meta().config.stop_after == "merge":
+        dispatch.publish(r, ctx.store.run_id, "run_end")
+        return {"reviewing": 0}
+    graph.fan_out(r, graph.REVIEW, ctx.store, attempt, reviewing, ctx.meta.config.pool_size)
+    return {"reviewing": len(reviewing)}
 
 
-@app.task(name="orchestrator.review")
-def review(run_dir: str, ticket_id: str) -> dict[str, str]:
+@app.task(name="orchestrator.review", bind=True)
+def review(self: Task, run_dir: str, attempt: str, ticket_id: str) -> dict[str, str]:
     """Gate and rewrite one draft; a failure becomes that ticket's verdict."""
-    return _per_ticket(run_dir, ticket_id, "review", nodes.review)
+    return _per_ticket(self, graph.REVIEW, run_dir, attempt, ticket_id)
 
 
 @app.task(name="orchestrator.report")
-def report(run_dir: str) -> dict[str, int]:
-    """Render the report and record the exit code."""
-    return _crash_on_error(run_dir, nodes.finish_report)
+def report(run_dir: str, attempt: str) -> dict[str, int]:
+    """Render the report, record the exit code, and tell the waiting CLI."""
+    code = _whole_run(run_dir, nodes.finish_report)
+    dispatch.publish(_redis(), RunStore(Path(run_dir)).run_id, "run_end", exit_code=code)
+    return {"exit_code": code}

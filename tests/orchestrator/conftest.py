@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -146,3 +148,49 @@ def embedded_redis_servers() -> set[str]:
         if cmd.startswith(binary) and "tg-redis-" in cmd:
             found.add(cmd)
     return found
+
+
+@contextlib.contextmanager
+def worker_processes(
+    env: dict[str, str], logs: Path, names: list[str], processes: int = 1, threads: int = 2
+) -> Iterator[list[subprocess.Popen[bytes]]]:
+    """`ticketgraph worker` processes with `env`, ready to take tasks; stopped by PID after
+    (SIGTERM: their warm shutdown; SIGKILL if one lingers)."""
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        for name in names:
+            procs.append(
+                _start_worker(
+                    {**clean_env(), **env}, logs / f"{name}.log", name, processes, threads
+                )
+            )
+        for proc, name in zip(procs, names, strict=True):
+            _wait_ready(proc, logs / f"{name}.log")
+        yield procs
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
+
+
+def _start_worker(
+    env: dict[str, str], log: Path, name: str, processes: int, threads: int
+) -> subprocess.Popen[bytes]:
+    cmd = [sys.executable, "-m", "orchestrator.cli", "worker", "--hostname", name]
+    cmd += ["--processes", str(processes), "--threads", str(threads), "--loglevel", "INFO"]
+    with log.open("wb") as handle:
+        return subprocess.Popen(cmd, env=env, stdout=handle, stderr=subprocess.STDOUT)
+
+
+def _wait_ready(proc: subprocess.Popen[bytes], log: Path, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while "ticketgraph worker ready:" not in log.read_text(errors="replace"):
+        tail = log.read_text(errors="replace")[-2000:]
+        assert proc.poll() is None, f"worker exited:\n{tail}"
+        assert time.monotonic() < deadline, f"worker not ready:\n{tail}"
+        time.sleep(0.05)

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import copy
-import os
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -24,6 +21,7 @@ from tests.orchestrator.conftest import (
     node_numbers,
     state,
     ticket_rows,
+    worker_processes,
     write_scenarios,
 )
 from workers.provider import running_provider
@@ -50,55 +48,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]
     scripts = demo_scripts()
     scenario = write_scenarios(tmp / "scenarios.yaml", _big_variant(scripts) + scripts)
     with RedisServer(tcp=True) as redis, running_provider(scenario) as llm_url:
-        env = {**os.environ, "TICKETGRAPH_BROKER_URL": redis.url, "LLM_BASE_URL": llm_url}
-        workers = [_start_worker(env, tmp, f"w{i}") for i in (1, 2)]
-        try:
-            for _proc, log in workers:
-                _wait_ready(log)
-            yield {
-                "TICKETGRAPH_BROKER_URL": redis.url,
-                "LLM_BASE_URL": llm_url,
-                "redis_port": str(redis.port),
-            }
-        finally:
-            for proc, _log in workers:
-                proc.terminate()
-            for proc, _log in workers:
-                try:
-                    proc.wait(20)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait(10)
-
-
-def _start_worker(
-    env: dict[str, str], tmp: Path, name: str
-) -> tuple[subprocess.Popen[bytes], Path]:
-    log = tmp / f"{name}.log"
-    cmd = [
-        sys.executable,
-        "-m",
-        "orchestrator.cli",
-        "worker",
-        "--pool",
-        "prefork",
-        "--concurrency",
-        "2",
-        "--hostname",
-        f"{name}@%h",
-        "--loglevel",
-        "INFO",
-    ]
-    with log.open("wb") as handle:
-        proc = subprocess.Popen(cmd, env=env, stdout=handle, stderr=subprocess.STDOUT)
-    return proc, log
-
-
-def _wait_ready(log: Path, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while " ready." not in log.read_text(errors="replace"):
-        assert time.monotonic() < deadline, f"worker not ready:\n{log.read_text()[-2000:]}"
-        time.sleep(0.1)
+        env = {"TICKETGRAPH_BROKER_URL": redis.url, "LLM_BASE_URL": llm_url}
+        with worker_processes(env, tmp, ["w1", "w2"]):
+            yield {**env, "redis_port": str(redis.port)}
 
 
 def test_workers_on_a_shared_broker_give_the_reference_verdict(

@@ -122,8 +122,8 @@ def env(broker_url: str, model_url: str) -> dict[str, str]:
 
 @pytest.fixture
 def worker(spawn: Spawn) -> Spawned:
-    """`ticketgraph worker` on the threads pool, named w1@<host>."""
-    args = ["worker", "--pool", "threads", "--concurrency", "2", "--hostname", "w1@%h"]
+    """`ticketgraph worker`: one process of two threads, named w1-1@<host>."""
+    args = ["worker", "--processes", "1", "--threads", "2", "--hostname", "w1"]
     return spawn("worker", [sys.executable, "-m", "orchestrator.cli", *args])
 
 
@@ -244,8 +244,8 @@ def _poll(
 
 
 def _worker_online(metrics: str) -> str | None:
-    """The w1 worker's name if Flower's metrics show it online."""
-    found = re.search(r'^flower_worker_online\{worker="(w1@[^"]+)"\} 1\.0$', metrics, re.M)
+    """The w1-1 worker's name if Flower's metrics show it online."""
+    found = re.search(r'^flower_worker_online\{worker="(w1-1@[^"]+)"\} 1\.0$', metrics, re.M)
     return found.group(1) if found else None
 
 

@@ -1,4 +1,4 @@
-"""Gate, router parsing, lanes, inbox, workspace init and the report's one-liners."""
+"""Gate, router parsing, inbox, workspace init and the report's one-liners."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import gate, graph, inbox, nodes, report, tasks
+from orchestrator import gate, inbox, nodes, report
 from orchestrator.errors import InboxError
 from orchestrator.workspace import init_demo
 from workers.trace import Tracer, read
@@ -34,27 +34,6 @@ def test_router_output_is_clamped_to_known_categories(tmp_path: Path) -> None:
     assert found == {"T-1": "billing", "T-2": "other", "T-3": "bug", "T-4": "other", "T-5": "other"}
     clamped = [e for e in read(trace_file) if e["event"] == "clamped"]
     assert [(e["ticket"], e["raw"]) for e in clamped] == [("T-2", "refund")]
-
-
-def test_lanes_deal_tickets_round_robin_into_pool_size_chains() -> None:
-    ids = [f"T-{i}" for i in range(7)]
-    lanes = graph.lanes(tasks.draft, "/run", ids, 3)
-    assert len(lanes) == 3
-    dealt = [[t.args[1] for t in lane.tasks] for lane in lanes]
-    assert dealt == [["T-0", "T-3", "T-6"], ["T-1", "T-4"], ["T-2", "T-5"]]
-    assert len(graph.lanes(tasks.draft, "/run", ids[:2], 8)) == 2
-
-
-def test_the_canvas_stops_after_merge_when_asked() -> None:
-    full = graph.plan("/run", ["T-1", "T-2"], 2, None)
-    stopped = graph.plan("/run", ["T-1", "T-2"], 2, "merge")
-    assert full.tasks[0].name == "orchestrator.route"
-    assert [step.body.name for step in full.tasks[1:]] == [
-        "orchestrator.merge",
-        "orchestrator.report",
-    ]
-    assert [step.body.name for step in stopped.tasks[1:]] == ["orchestrator.merge"]
-    assert json.dumps(full)  # the whole canvas serialises to plain JSON: only references
 
 
 def test_one_line_is_the_first_sentence_cut_at_22_characters() -> None:

@@ -1,18 +1,26 @@
-"""run-state.json and run.jsonl under many concurrent writers (real processes)."""
+"""Run records under many concurrent writers (real processes), and the cost of one update."""
 
 from __future__ import annotations
 
 import json
 import multiprocessing
+import os
 from pathlib import Path
 
-from orchestrator.runstate import RunConfig, RunRecord, RunStore, TicketRecord, TicketStatus
+from orchestrator import nodes
+from orchestrator.records import RunConfig, RunMeta, TicketRecord, TicketStatus
+from orchestrator.runstate import RunStore
+from workers import atomic
+from workers.settings import HarnessSettings
 from workers.trace import now_iso
 
 WRITERS, TICKETS_EACH = 6, 25
 
 
-def _record(tickets: list[str]) -> RunRecord:
+def _new_run(root: Path, tickets: list[str], status: TicketStatus) -> RunStore:
+    """A run folder with `tickets` records in `status`, as start and route leave it."""
+    store = RunStore(root / "run-x")
+    store.dir.mkdir(parents=True)
     config = RunConfig(
         categories=["other"],
         pool_size=1,
@@ -23,14 +31,13 @@ def _record(tickets: list[str]) -> RunRecord:
         budget_usd=None,
     )
     now = now_iso()
-    return RunRecord(
-        run_id="run-x",
-        started_at=now,
-        updated_at=now,
-        workspace="/w",
-        config=config,
-        tickets={t: TicketRecord(source=f"/w/inbox/{t}.txt") for t in tickets},
+    store.write_meta(
+        RunMeta(run_id="run-x", started_at=now, updated_at=now, workspace=str(root), config=config)
     )
+    record = TicketRecord(source="inbox/x.txt", status=status, category="other")
+    atomic.write_many((store.record_path(t), record.model_dump_json()) for t in tickets)
+    store.materialise()
+    return store
 
 
 def _writer(run_dir: str, writer: int) -> None:
@@ -38,17 +45,15 @@ def _writer(run_dir: str, writer: int) -> None:
     tracer = store.tracer(node="test", writer=writer)
     for i in range(TICKETS_EACH):
         ticket = f"T-{writer}-{i}"
-        with store.update() as record:
-            record.tickets[ticket].status = TicketStatus.PASS
-            record.tickets[ticket].one_line = "x" * 200  # make each write non-trivial
+        record = store.ticket(ticket)
+        record.status, record.one_line = TicketStatus.PASS, "x" * 200
+        store.save_ticket(ticket, record)
         tracer.emit("gate", ticket=ticket, report="y" * 300)
 
 
 def test_parallel_writers_lose_no_ticket_and_no_line(tmp_path: Path) -> None:
-    store = RunStore(tmp_path / "run-x")
     tickets = [f"T-{w}-{i}" for w in range(WRITERS) for i in range(TICKETS_EACH)]
-    store.dir.mkdir()
-    store.write(_record(tickets))
+    store = _new_run(tmp_path, tickets, TicketStatus.DRAFTED)
     ctx = multiprocessing.get_context("spawn")
     procs = [ctx.Process(target=_writer, args=(str(store.dir), w)) for w in range(WRITERS)]
     for p in procs:
@@ -56,10 +61,56 @@ def test_parallel_writers_lose_no_ticket_and_no_line(tmp_path: Path) -> None:
     for p in procs:
         p.join(60)
         assert p.exitcode == 0
-    record = store.read()
+    record = store.materialise()
+    assert sorted(record.tickets) == sorted(tickets)
     assert {t.status for t in record.tickets.values()} == {TicketStatus.PASS}
+    on_disk = json.loads(store.state_path.read_text())
+    assert {t["status"] for t in on_disk["tickets"].values()} == {"pass"}
     lines = store.trace_path.read_text().splitlines()
     assert len(lines) == WRITERS * TICKETS_EACH
     parsed = [json.loads(line) for line in lines]
     assert {e["ticket"] for e in parsed} == set(tickets)
-    assert not list(store.dir.glob("*.tmp")) and not list(store.dir.glob(".*.tmp"))
+    assert not list(store.dir.rglob("*.tmp"))
+
+
+def _open(run_dir: str, results: multiprocessing.Queue) -> None:
+    from orchestrator.records import NodeRecord
+
+    results.put(RunStore(Path(run_dir)).open_node("fanout", NodeRecord(started=1.0)))
+
+
+def test_a_node_is_opened_exactly_once_by_racing_processes(tmp_path: Path) -> None:
+    store = _new_run(tmp_path, ["T-1"], TicketStatus.ROUTED)
+    ctx = multiprocessing.get_context("spawn")
+    results: multiprocessing.Queue = ctx.Queue()
+    procs = [ctx.Process(target=_open, args=(str(store.dir), results)) for _ in range(WRITERS)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    opened = [results.get(timeout=5) for _ in procs]
+    assert opened.count(True) == 1
+    node = store.node("fanout")
+    assert node is not None and node.started == 1.0
+
+
+def _stamps(folder: Path) -> dict[str, tuple[int, int]]:
+    return {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in folder.iterdir()}
+
+
+def test_a_ticket_step_writes_its_own_record_and_nothing_that_grows(tmp_path: Path) -> None:
+    """Drafting one ticket of 2,000 (the template path: no model) leaves run-state.json,
+    run.json and every other ticket's record as they were."""
+    tickets = [f"T-{i:04d}" for i in range(2000)]
+    store = _new_run(tmp_path, tickets, TicketStatus.ROUTED)
+    before = _stamps(store.dir / "records")
+    state_before = os.stat(store.state_path)
+    meta_before = os.stat(store.meta_path)
+    status = nodes.draft(nodes.Context(store=store, llm=HarnessSettings()), "T-0007")
+    assert status == "drafted"
+    after = _stamps(store.dir / "records")
+    assert {name for name in before if before[name] != after[name]} == {"T-0007.json"}
+    assert os.stat(store.state_path).st_mtime_ns == state_before.st_mtime_ns
+    assert os.stat(store.meta_path).st_mtime_ns == meta_before.st_mtime_ns
+    assert store.ticket("T-0007").status is TicketStatus.DRAFTED
+    assert store.draft_path("T-0007").read_text().startswith("Ticket T-0007 received.")

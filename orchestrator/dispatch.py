@@ -1,0 +1,134 @@
+"""Bounded fan-out without lanes: at most `pool_size` tickets of a phase in flight, and a
+ticket that finishes hands its slot to the next one at once.
+
+A phase keeps the tickets not yet started in a Redis list. `start` takes the first
+`pool_size` of them (the caller sends one task each); when a ticket's task finishes,
+`advance` pops the next ticket for the caller to send, and tells the task that finishes the
+phase's last ticket to send the barrier (merge or report). Both are Lua scripts, so they are
+atomic however many workers call them, and idempotent: a redelivered task gets the same answer
+again and re-sends the same messages (at-least-once), which the per-ticket steps absorb
+(`hold`, and the ticket's record says what is already done).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from orchestrator import keys
+
+_START = """
+local first = KEYS[5]
+if redis.call('EXISTS', first) == 1 then
+  return redis.call('LRANGE', first, 1, -1)
+end
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[4], KEYS[6])
+local pool = tonumber(ARGV[1])
+local ttl = tonumber(ARGV[2])
+local batch = {}
+redis.call('RPUSH', first, '')
+for i = 3, #ARGV do
+  if #batch < pool then
+    table.insert(batch, ARGV[i])
+    redis.call('RPUSH', first, ARGV[i])
+  else
+    redis.call('RPUSH', KEYS[1], ARGV[i])
+  end
+end
+redis.call('SET', KEYS[3], #ARGV - 2, 'EX', ttl)
+for i = 1, 6 do redis.call('EXPIRE', KEYS[i], ttl) end
+return batch
+"""
+
+_ADVANCE = """
+local prior = redis.call('HGET', KEYS[4], ARGV[1])
+if prior then return prior end
+local nxt = redis.call('LPOP', KEYS[1]) or ''
+redis.call('SADD', KEYS[2], ARGV[1])
+local fire = '0'
+if redis.call('SCARD', KEYS[2]) >= tonumber(redis.call('GET', KEYS[3]) or '0') then
+  if redis.call('SET', KEYS[5], '1', 'NX', 'EX', ARGV[2]) then fire = '1' end
+end
+local out = fire .. nxt
+redis.call('HSET', KEYS[4], ARGV[1], out)
+redis.call('EXPIRE', KEYS[2], ARGV[2])
+redis.call('EXPIRE', KEYS[4], ARGV[2])
+return out
+"""
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One fan-out of a run: drafting or review, in one submission (`attempt`) of the run."""
+
+    run_id: str
+    attempt: str
+    name: str
+
+    def key(self, part: str) -> str:
+        """The Redis key of one part of this phase."""
+        return keys.phase(self.run_id, self.attempt, self.name, part)
+
+    def parts(self, *names: str) -> list[str]:
+        """Keys of several parts, in order."""
+        return [self.key(n) for n in names]
+
+
+@dataclass(frozen=True)
+class Handoff:
+    """What a finished ticket's task sends on: the next ticket, and the barrier if last."""
+
+    next_ticket: str | None
+    barrier: bool
+
+
+def start(r: redis.Redis, phase: Phase, ticket_ids: list[str], pool_size: int) -> list[str]:
+    """Queue the phase's tickets and return the first `pool_size` for the caller to send."""
+    script = r.register_script(_START)
+    first = script(
+        keys=phase.parts("todo", "done", "total", "handoff", "first", "fired"),
+        args=[pool_size, keys.RUN_TTL_S, *ticket_ids],
+    )
+    return [item.decode() for item in first]
+
+
+def advance(r: redis.Redis, phase: Phase, ticket_id: str) -> Handoff:
+    """Mark `ticket_id` finished; return the next ticket to send and whether this was the last."""
+    script = r.register_script(_ADVANCE)
+    raw: bytes = script(
+        keys=phase.parts("todo", "done", "total", "handoff", "fired"),
+        args=[ticket_id, keys.RUN_TTL_S],
+    )
+    text = raw.decode()
+    return Handoff(next_ticket=text[1:] or None, barrier=text[0] == "1")
+
+
+def hold(r: redis.Redis, phase: Phase, ticket_id: str, delivery: str, ttl_s: int) -> bool:
+    """Take the ticket for one delivery of its task; False if another delivery holds it.
+
+    A redelivered message has the same id as the one that died, so it takes its ticket
+    back; a duplicate message (re-sent by a redelivered predecessor) has another id and
+    steps aside while the ticket is held.
+    """
+    key = keys.owner(phase.run_id, phase.attempt, phase.name, ticket_id)
+    if r.set(key, delivery, nx=True, ex=ttl_s):
+        return True
+    return r.get(key) == delivery.encode()
+
+
+def publish(r: redis.Redis, run_id: str, event: str, **data: Any) -> None:
+    """Tell the CLI waiting on this run that something happened (a node ended, the run ended)."""
+    key = keys.events(run_id)
+    with r.pipeline() as pipe:
+        pipe.rpush(key, json.dumps({"event": event, **data}))
+        pipe.expire(key, keys.RUN_TTL_S)
+        pipe.execute()
+
+
+def next_event(r: redis.Redis, run_id: str, timeout_s: float) -> dict[str, Any] | None:
+    """The run's next event, waiting up to `timeout_s` (a blocking read, no polling)."""
+    item = r.blpop([keys.events(run_id)], timeout=timeout_s)
+    return None if item is None else json.loads(item[1])

@@ -1,0 +1,63 @@
+"""Redis keys of a run's coordination, built in one place, and the client that reaches them.
+
+Everything here is derived and short-lived: the durable copy of a run is its folder on the
+shared volume, and `resume` rebuilds these keys from it, so each key carries a TTL.
+
+    tg:run:<run_id>:events                      list: node and run events for the waiting CLI
+    tg:run:<run_id>:<attempt>:<phase>:todo      list: ticket ids not yet handed to a task
+    tg:run:<run_id>:<attempt>:<phase>:done      set: tickets whose task has finished
+    tg:run:<run_id>:<attempt>:<phase>:total     int: tickets in the phase
+    tg:run:<run_id>:<attempt>:<phase>:handoff   hash: ticket -> what its task handed on
+    tg:run:<run_id>:<attempt>:<phase>:first     list: the tickets the phase started with
+    tg:run:<run_id>:<attempt>:<phase>:fired     flag: the phase's barrier was sent
+    tg:run:<run_id>:<attempt>:<phase>:owner:<t> the delivery that holds ticket t
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from urllib.parse import parse_qs, urlsplit
+
+import redis
+
+PREFIX = "tg:run"
+# Coordination keys outlive any run worth resuming from them; after that, resume rebuilds
+# them from the run folder.
+RUN_TTL_S = 7 * 24 * 3600
+
+_clients: dict[tuple[int, str], redis.Redis] = {}
+_lock = threading.Lock()
+
+
+def events(run_id: str) -> str:
+    """The run's event list, read by the CLI that waits for the verdict."""
+    return f"{PREFIX}:{run_id}:events"
+
+
+def phase(run_id: str, attempt: str, name: str, part: str) -> str:
+    """One part (todo, done, total, handoff, first, fired) of a fan-out phase."""
+    return f"{PREFIX}:{run_id}:{attempt}:{name}:{part}"
+
+
+def owner(run_id: str, attempt: str, name: str, ticket_id: str) -> str:
+    """Which delivery holds a ticket in a phase."""
+    return f"{PREFIX}:{run_id}:{attempt}:{name}:owner:{ticket_id}"
+
+
+def client(broker_url: str) -> redis.Redis:
+    """One redis-py client per broker URL per process (made after a fork, never shared)."""
+    key = (os.getpid(), broker_url)
+    with _lock:
+        if key not in _clients:
+            _clients[key] = redis.Redis.from_url(redis_py_url(broker_url))
+        return _clients[key]
+
+
+def redis_py_url(broker_url: str) -> str:
+    """The redis-py form of a Celery broker URL (`redis+socket://` becomes `unix://`)."""
+    if not broker_url.startswith("redis+socket://"):
+        return broker_url
+    parts = urlsplit(broker_url)
+    db = parse_qs(parts.query).get("virtual_host", ["0"])[0]
+    return f"unix://{parts.path}?db={db}"

@@ -1,0 +1,135 @@
+"""The records of a run: what run-state.json holds, and the pieces it is materialised from.
+
+A run is kept as small records, each with one writer at a time, so the cost of an update does
+not grow with the number of tickets:
+
+    runs/<run_id>/run.json              RunMeta: config, status, exit code (rare writers)
+    runs/<run_id>/nodes/<node>.json     NodeRecord: the node's opener, then its closer
+    runs/<run_id>/records/<ticket>.json TicketRecord: the task that holds the ticket
+    runs/<run_id>/run-state.json        RunRecord: all of the above, materialised
+
+`RunRecord` keeps the fields run-state.json has always had, so readers of that file see no
+change.
+"""
+
+from __future__ import annotations
+
+import time
+from enum import StrEnum
+
+from pydantic import BaseModel
+
+
+class TicketStatus(StrEnum):
+    """Where a ticket is in the graph."""
+
+    CLAIMED = "claimed"
+    ROUTED = "routed"
+    DRAFTED = "drafted"
+    PASS = "pass"
+    NEEDS_HUMAN = "needs_human"
+
+
+class RunPhase(StrEnum):
+    """Where the run as a whole is."""
+
+    RUNNING = "running"
+    STOPPED = "stopped_early"
+    DONE = "done"
+    CRASHED = "crashed"
+
+
+class NodeRecord(BaseModel):
+    """Time, model calls and tokens of one node (per the seed's summary table)."""
+
+    ms: int = 0
+    calls: int = 0
+    tokens: int = 0
+    status: str = "running"
+    rounds: int | None = None
+    started: float | None = None  # epoch seconds, so any machine can close the node
+    error: str | None = None
+
+    @property
+    def done(self) -> bool:
+        """True once the node has been closed."""
+        return self.status == "ok"
+
+    def close(self, calls: int = 0, tokens: int = 0, rounds: int | None = None) -> None:
+        """Close the node with its totals; its time runs from its start to now."""
+        self.ms = round((time.time() - (self.started or time.time())) * 1000)
+        self.calls, self.tokens, self.rounds, self.status = calls, tokens, rounds, "ok"
+
+
+class StepUsage(BaseModel):
+    """What one ticket's step (drafting or review) spent."""
+
+    calls: int = 0
+    tokens: int = 0
+    cost_usd: float = 0.0
+
+    def __add__(self, other: StepUsage) -> StepUsage:
+        return StepUsage(
+            calls=self.calls + other.calls,
+            tokens=self.tokens + other.tokens,
+            cost_usd=self.cost_usd + other.cost_usd,
+        )
+
+
+class TicketRecord(BaseModel):
+    """One ticket's record: the seed's fields plus where it came from and what it cost."""
+
+    category: str | None = None
+    handler: str | None = None
+    file: str | None = None
+    one_line: str | None = None
+    gate_rounds: int = 0
+    gate_reports: list[str] = []
+    stop: str | None = None
+    status: TicketStatus = TicketStatus.CLAIMED
+    source: str
+    error: str | None = None
+    draft: StepUsage = StepUsage()
+    review: StepUsage = StepUsage()
+
+
+class RunConfig(BaseModel):
+    """The run's effective configuration, fixed at submit time so every worker agrees."""
+
+    categories: list[str]
+    pool_size: int
+    max_rounds: int
+    filler_phrases: list[str]
+    model: str
+    max_turns: int
+    budget_usd: float | None
+    stop_after: str | None = None
+
+
+class RunMeta(BaseModel):
+    """run.json: the run as a whole, without its nodes and tickets."""
+
+    version: int = 2
+    run_id: str
+    started_at: str
+    updated_at: str
+    workspace: str
+    status: RunPhase = RunPhase.RUNNING
+    exit_code: int | None = None
+    error: str | None = None
+    config: RunConfig
+
+    def end(self, status: RunPhase, exit_code: int | None, error: str | None = None) -> None:
+        """Set where the run ended and the exit code cron will see."""
+        self.status, self.exit_code, self.error = status, exit_code, error
+
+
+class RunRecord(RunMeta):
+    """The whole run-state.json: the run, its nodes and its tickets."""
+
+    nodes: dict[str, NodeRecord] = {}
+    tickets: dict[str, TicketRecord] = {}
+
+    def done(self, node: str) -> bool:
+        """True once `node` has finished."""
+        return node in self.nodes and self.nodes[node].done
