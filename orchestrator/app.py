@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from celery import Celery
 
 from orchestrator.settings import GraphSettings
+from orchestrator.transport import connection_args
 from workers.settings import HarnessSettings
 
 app = Celery("ticketgraph", include=["orchestrator.tasks"])
@@ -17,8 +19,10 @@ LLM_CONF_KEY = "ticketgraph_llm"
 def configure(broker_url: str, settings: GraphSettings, llm: HarnessSettings) -> Celery:
     """Point the app at a broker and set the delivery guarantees every run relies on."""
     transport = {"visibility_timeout": settings.visibility_timeout_s}
+    url, transport_class = connection_args(broker_url)
     conf: dict[str, Any] = {
-        "broker_url": broker_url,
+        "broker_url": url,
+        "broker_transport": transport_class,
         # Only references cross the broker, and only as JSON.
         "task_serializer": "json",
         "accept_content": ["json"],
@@ -30,10 +34,10 @@ def configure(broker_url: str, settings: GraphSettings, llm: HarnessSettings) ->
         "task_acks_late": True,
         "task_reject_on_worker_lost": True,
         "worker_prefetch_multiplier": 1,
-        # Events on, so Flower sees every task and worker.
+        # Events on, so Flower sees every task and worker. A task shows from the moment a
+        # worker receives it; "sent" events would cost the sender one more publish per task.
         "worker_send_task_events": True,
-        "task_send_sent_event": True,
-        "task_track_started": True,
+        "task_send_sent_event": False,
         # The hard limit stays below the visibility timeout (GraphSettings checks it).
         "task_soft_time_limit": settings.soft_time_limit_s,
         "task_time_limit": settings.time_limit_s,
@@ -51,6 +55,12 @@ def configure(broker_url: str, settings: GraphSettings, llm: HarnessSettings) ->
 
 
 def worker_llm() -> HarnessSettings:
-    """The model endpoint this worker process was configured with."""
+    """The model endpoint this worker process was configured with (parsed once per config)."""
     raw = app.conf.get(LLM_CONF_KEY)
-    return HarnessSettings.model_validate(raw) if raw else HarnessSettings()
+    key = json.dumps(raw, sort_keys=True)
+    if key not in _llm_cache:
+        _llm_cache[key] = HarnessSettings.model_validate(raw) if raw else HarnessSettings()
+    return _llm_cache[key]
+
+
+_llm_cache: dict[str, HarnessSettings] = {}

@@ -60,6 +60,12 @@ return out
 """
 
 
+_HOLD = """
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'EX', ARGV[2]) then return ARGV[1] end
+return redis.call('GET', KEYS[1])
+"""
+
+
 @dataclass(frozen=True)
 class Phase:
     """One fan-out of a run: drafting or review, in one submission (`attempt`) of the run."""
@@ -85,10 +91,17 @@ class Handoff:
     barrier: bool
 
 
+def _script(r: redis.Redis, source: str) -> Any:
+    """A Lua script bound to `r`, registered once per client (it runs by its SHA)."""
+    cache: dict[str, Any] = r.__dict__.setdefault("_ticketgraph_scripts", {})
+    if source not in cache:
+        cache[source] = r.register_script(source)
+    return cache[source]
+
+
 def start(r: redis.Redis, phase: Phase, ticket_ids: list[str], pool_size: int) -> list[str]:
     """Queue the phase's tickets and return the first `pool_size` for the caller to send."""
-    script = r.register_script(_START)
-    first = script(
+    first = _script(r, _START)(
         keys=phase.parts("todo", "done", "total", "handoff", "first", "fired"),
         args=[pool_size, keys.RUN_TTL_S, *ticket_ids],
     )
@@ -97,8 +110,7 @@ def start(r: redis.Redis, phase: Phase, ticket_ids: list[str], pool_size: int) -
 
 def advance(r: redis.Redis, phase: Phase, ticket_id: str) -> Handoff:
     """Mark `ticket_id` finished; return the next ticket to send and whether this was the last."""
-    script = r.register_script(_ADVANCE)
-    raw: bytes = script(
+    raw: bytes = _script(r, _ADVANCE)(
         keys=phase.parts("todo", "done", "total", "handoff", "fired"),
         args=[ticket_id, keys.RUN_TTL_S],
     )
@@ -114,9 +126,8 @@ def hold(r: redis.Redis, phase: Phase, ticket_id: str, delivery: str, ttl_s: int
     steps aside while the ticket is held.
     """
     key = keys.owner(phase.run_id, phase.attempt, phase.name, ticket_id)
-    if r.set(key, delivery, nx=True, ex=ttl_s):
-        return True
-    return r.get(key) == delivery.encode()
+    holder = _script(r, _HOLD)(keys=[key], args=[delivery, ttl_s])
+    return bool(holder == delivery.encode())
 
 
 def publish(r: redis.Redis, run_id: str, event: str, **data: Any) -> None:

@@ -55,8 +55,9 @@ def client(broker_url: str) -> redis.Redis:
 
 
 def redis_py_url(broker_url: str) -> str:
-    """The redis-py form of a Celery broker URL (`redis+socket://` becomes `unix://`)."""
-    if not broker_url.startswith("redis+socket://"):
+    """The redis-py form of a Celery broker URL (`redis+socket://` and `socket://` become
+    `unix://`)."""
+    if not broker_url.startswith(("redis+socket://", "socket://")):
         return broker_url
     parts = urlsplit(broker_url)
     db = parse_qs(parts.query).get("virtual_host", ["0"])[0]

@@ -46,7 +46,8 @@ class RunStore:
     """The files of one run under `runs/<run_id>/`."""
 
     def __init__(self, run_dir: Path) -> None:
-        self.dir = run_dir.resolve()  # workers on other machines get this path as is
+        # Workers on other machines get this path as is; tasks already carry it absolute.
+        self.dir = run_dir if run_dir.is_absolute() else run_dir.resolve()
 
     @property
     def run_id(self) -> str:

@@ -6,6 +6,7 @@ what the model sent back come from one definition.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -47,10 +48,7 @@ class Tool:
 
     def schema(self) -> dict[str, Any]:
         """The tool in the chat-completions `tools` format."""
-        # Every turn resends these schemas, so drop pydantic's titles and class docstring.
-        params = _without_titles(self.args.model_json_schema())
-        params.pop("description", None)
-        params.setdefault("properties", {})
+        params = _parameters(self.args)
         return {
             "type": "function",
             "function": {"name": self.name, "description": self.description, "parameters": params},
@@ -69,6 +67,20 @@ class Tool:
                 f"{'.'.join(map(str, e['loc'])) or 'arguments'}: {e['msg']}" for e in exc.errors()
             )
             raise ToolError(f"arguments for {self.name} do not fit its schema: {problems}") from exc
+
+
+@functools.cache
+def _parameters(args: type[BaseModel]) -> dict[str, Any]:
+    """The JSON schema of an arguments model, built once per model per process.
+
+    Every turn resends it, so pydantic's titles and the class docstring are dropped.
+    Generating it costs more than the rest of a turn, and a worker builds the same few
+    tools for every ticket.
+    """
+    params = _without_titles(args.model_json_schema())
+    params.pop("description", None)
+    params.setdefault("properties", {})
+    return params
 
 
 def _without_titles(schema: Any) -> Any:

@@ -24,6 +24,7 @@ class Tracer:
     def __init__(self, path: str | Path | None, run_id: str, **fields: Any) -> None:
         self.path = Path(path) if path else None
         self.fields: dict[str, Any] = {"run_id": run_id, **fields}
+        self._folder_made = False
 
     def bind(self, **fields: Any) -> Tracer:
         """A tracer for the same file with more fixed fields."""
@@ -34,7 +35,9 @@ class Tracer:
         if self.path is None:
             return
         line = json.dumps({"ts": now_iso(), **self.fields, "event": event, **data}, default=str)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if not self._folder_made:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._folder_made = True
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             os.write(fd, (line + "\n").encode("utf-8"))
