@@ -58,10 +58,11 @@ class Context:
 
 
 def route(ctx: Context) -> list[str]:
-    """One model call classifies every claimed ticket; labels outside the list become other."""
-    ids = ctx.store.ticket_ids()
+    """One model call classifies every claimed ticket; labels outside the list become other.
+    Returns the tickets drafting should take."""
     if _done(ctx, "route"):
-        return ids
+        return [i for i, t in ctx.store.tickets().items() if t.status is TicketStatus.ROUTED]
+    ids = ctx.store.ticket_ids()
     trace = ctx.tracer("route")
     _open(ctx, "route", trace)
     config = ctx.meta.config
@@ -84,8 +85,8 @@ def route(ctx: Context) -> list[str]:
     for ticket_id, category in categories.items():
         trace.emit("routed", ticket=ticket_id, category=category)
     _close(ctx, "route", trace, result.usage.calls, result.usage.tokens)
-    ctx.store.materialise()
-    return ids
+    ctx.store.materialise(tickets)
+    return list(categories)
 
 
 def _parse_routes(text: str, ids: list[str], allowed: list[str], trace: Tracer) -> dict[str, str]:
@@ -172,37 +173,44 @@ def fail_ticket(
 def merge(ctx: Context) -> list[str]:
     """Publish every draft to out/<id>.txt, record references and one-line summaries; return
     the tickets review should take (none when the run stops after merge)."""
+    tickets = ctx.store.tickets()
     if not _done(ctx, "merge"):
-        _publish(ctx)
-    meta = ctx.store.meta()
-    if meta.config.stop_after == "merge":
+        _publish(ctx, tickets)
+    if ctx.meta.config.stop_after == "merge":
         with ctx.store.update_meta() as run:
             run.end(RunPhase.STOPPED, ExitCode.STOPPED)
-        ctx.store.materialise()
+        ctx.store.materialise(tickets)
         return []
-    return [i for i, t in ctx.store.tickets().items() if t.status is TicketStatus.DRAFTED]
+    return [i for i, t in tickets.items() if t.status is TicketStatus.DRAFTED]
 
 
-def _publish(ctx: Context) -> None:
-    """Close the fan-out, copy drafts to out/ and note them on their tickets, in one flush."""
-    tickets = ctx.store.tickets()
+def _publish(ctx: Context, tickets: dict[str, TicketRecord]) -> None:
+    """Close the fan-out, copy drafts to out/ in one flush, and list what was published.
+
+    Ticket records are not rewritten here (that would be N more writes in the one step no
+    other can overlap): published.json says which tickets have an out/ file and their
+    summaries, and review writes both into each ticket's record when it takes it.
+    """
     _close_fanout(ctx, "fanout", [t.draft for t in tickets.values()])
     trace = ctx.tracer("merge")
     _open(ctx, "merge", trace)
     out = Path(ctx.meta.workspace) / "out"
     writes: list[tuple[Path, str]] = []
+    summaries: dict[str, str] = {}
     for ticket_id, ticket in tickets.items():
         draft_file = ctx.store.draft_path(ticket_id)
         if ticket.status is not TicketStatus.DRAFTED or not draft_file.exists():
             continue
         text = draft_file.read_text(encoding="utf-8")
-        ticket.file, ticket.one_line = f"out/{ticket_id}.txt", report.one_line(text)
-        writes += [(out / f"{ticket_id}.txt", text)]
-        writes += [(ctx.store.record_path(ticket_id), ticket.model_dump_json())]
-        trace.emit("collected", ticket=ticket_id, file=ticket.file, chars=len(text.strip()))
+        summaries[ticket_id] = report.one_line(text)
+        writes.append((out / f"{ticket_id}.txt", text))
+        trace.emit(
+            "collected", ticket=ticket_id, file=f"out/{ticket_id}.txt", chars=len(text.strip())
+        )
     atomic.write_many(writes)
+    ctx.store.save_published(summaries)
     _close(ctx, "merge", trace)
-    ctx.store.materialise()
+    ctx.store.materialise(tickets)
 
 
 def review(ctx: Context, ticket_id: str) -> str:
@@ -213,9 +221,10 @@ def review(ctx: Context, ticket_id: str) -> str:
     trace = ctx.tracer("review", ticket=ticket_id)
     if ctx.store.node("review") is None:
         _open(ctx, "review", ctx.tracer("review"))
-    loop = ReviewLoop(ctx, ticket_id, trace)
+    loop = ReviewLoop(ctx, ticket_id, ticket, trace)
     outcome = loop.run()
-    ticket = ctx.store.ticket(ticket_id)
+    ticket = loop.ticket
+    ticket.file = f"out/{ticket_id}.txt"
     ticket.gate_rounds, ticket.gate_reports, ticket.stop = loop.rounds, loop.reports, outcome.stop
     passed = outcome.stop == "gate_pass"
     ticket.status = TicketStatus.PASS if passed else TicketStatus.NEEDS_HUMAN
@@ -239,11 +248,10 @@ class Outcome:
 class ReviewLoop:
     """Verify, fix, re-verify for one ticket, reading and writing its out/ file."""
 
-    def __init__(self, ctx: Context, ticket_id: str, trace: Tracer) -> None:
-        self.ctx, self.ticket_id, self.trace = ctx, ticket_id, trace
+    def __init__(self, ctx: Context, ticket_id: str, ticket: TicketRecord, trace: Tracer) -> None:
+        self.ctx, self.ticket_id, self.ticket, self.trace = ctx, ticket_id, ticket, trace
         self.config = ctx.meta.config
-        self.ticket = ctx.store.ticket(ticket_id)
-        self.path = Path(ctx.meta.workspace) / (self.ticket.file or f"out/{ticket_id}.txt")
+        self.path = Path(ctx.meta.workspace) / "out" / f"{ticket_id}.txt"
         self.text = self.path.read_text(encoding="utf-8").strip()
         self.rounds, self.usage = 0, StepUsage()
         self.reports: list[str] = []
@@ -302,11 +310,11 @@ def finish_report(ctx: Context) -> int:
     _open(ctx, "report", trace)
     needs_human = [t for t in tickets.values() if t.status is not TicketStatus.PASS]
     code = ExitCode.NEEDS_HUMAN if needs_human else ExitCode.ALL_PASS
-    atomic.write_text(ctx.store.report_path, report.render(ctx.store.read()))
+    atomic.write_text(ctx.store.report_path, report.render(ctx.store.read(tickets)))
     _close(ctx, "report", trace)
     with ctx.store.update_meta() as run:
         run.end(RunPhase.DONE, code)
-    ctx.store.materialise()
+    ctx.store.materialise(tickets)
     return code
 
 

@@ -90,6 +90,11 @@ class RunStore:
         """The ticket's record."""
         return self.dir / "records" / f"{ticket_id}.json"
 
+    @property
+    def published_path(self) -> Path:
+        """merge's list of the drafts it published to out/, with their summaries."""
+        return self.dir / "published.json"
+
     def node_path(self, node: str) -> Path:
         """One node's record."""
         return self.dir / "nodes" / f"{node}.json"
@@ -182,14 +187,32 @@ class RunStore:
 
     # --- the whole run ---------------------------------------------------------------------
 
-    def read(self) -> RunRecord:
-        """The whole run, assembled from its records (what run-state.json shows)."""
-        meta = self.meta()
-        return RunRecord(**dict(meta), nodes=self.nodes(), tickets=self.tickets())
+    def published(self) -> dict[str, str]:
+        """What merge published to out/: ticket id -> one-line summary (empty before merge)."""
+        if not self.published_path.exists():
+            return {}
+        return dict(json.loads(self.published_path.read_bytes()))
 
-    def materialise(self) -> RunRecord:
+    def save_published(self, summaries: dict[str, str]) -> None:
+        """Record what merge published, in one file (merge is the only writer)."""
+        atomic.write_text(self.published_path, json.dumps(summaries, ensure_ascii=False))
+
+    def read(self, tickets: dict[str, TicketRecord] | None = None) -> RunRecord:
+        """The whole run, assembled from its records (what run-state.json shows).
+
+        A ticket merge published and review has not taken yet shows its out/ file and
+        summary from published.json; a caller that holds every record passes `tickets`.
+        """
+        tickets = self.tickets() if tickets is None else tickets
+        for ticket_id, one_line in self.published().items():
+            ticket = tickets.get(ticket_id)
+            if ticket is not None and ticket.file is None:
+                ticket.file, ticket.one_line = f"out/{ticket_id}.txt", one_line
+        return RunRecord(**dict(self.meta()), nodes=self.nodes(), tickets=tickets)
+
+    def materialise(self, tickets: dict[str, TicketRecord] | None = None) -> RunRecord:
         """Assemble the whole run and write it to run-state.json; return it."""
-        record = self.read()
+        record = self.read(tickets)
         atomic.write_text(self.state_path, record.model_dump_json(indent=2))
         return record
 

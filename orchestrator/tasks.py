@@ -76,12 +76,11 @@ def _per_ticket(
 def route(run_dir: str, attempt: str) -> dict[str, Any]:
     """Classify every claimed ticket with one model call, then fan the drafts out."""
     ctx = _ctx(run_dir)
-    ids = _whole_run(run_dir, nodes.route)
-    dispatch.publish(_redis(), ctx.store.run_id, "node_end", node="route")
-    record = ctx.store.materialised()
-    drafting = [i for i, t in record.tickets.items() if t.status is graph.DRAFT.takes]
-    graph.fan_out(_redis(), graph.DRAFT, ctx.store, attempt, drafting, record.config.pool_size)
-    return {"tickets": len(ids)}
+    drafting = _whole_run(run_dir, nodes.route)
+    r = _redis()
+    dispatch.publish(r, ctx.store.run_id, "node_end", node="route")
+    graph.fan_out(r, graph.DRAFT, ctx.store, attempt, drafting, ctx.meta.config.pool_size)
+    return {"drafting": len(drafting)}
 
 
 @app.task(name="orchestrator.draft", bind=True)

@@ -15,10 +15,15 @@ except (OSError, AttributeError):  # not Linux: fsync each file instead
     _SYNCFS = None
 
 
-def write_text(path: str | os.PathLike[str], text: str) -> None:
-    """Write `text` to `path` via a temp file in the same folder, fsync, then rename over it."""
+def write_text(path: str | os.PathLike[str], text: str, durable: bool = True) -> None:
+    """Write `text` to `path` via a temp file in the same folder, fsync, then rename over it.
+
+    `durable=False` skips the fsync: still atomic for any reader and through a killed
+    process (the page cache outlives it), but an OS crash may bring the old file back.
+    For state that can be derived again (a read-only tool's result, a stop reason).
+    """
     target = Path(path)
-    tmp = _write_temp(target, text, fsync=True)
+    tmp = _write_temp(target, text, fsync=durable)
     try:
         os.replace(tmp, target)
     except BaseException:

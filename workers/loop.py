@@ -120,8 +120,13 @@ def _drain(state: RunState, h: Harness, calls: list[ToolCall]) -> RunState | Non
         state.messages.append(
             Message(role="tool", tool_call_id=call.id, name=call.function.name, content=result)
         )
-        _save(state, h)
+        _save(state, h, durable=not _read_only(h, call))
     return None
+
+
+def _read_only(h: Harness, call: ToolCall) -> bool:
+    tool = h.catalog.by_name.get(call.function.name)
+    return tool is not None and tool.read_only
 
 
 class _Stop(Exception):
@@ -255,7 +260,7 @@ def _stop(
 ) -> RunState:
     """Set the exit as data, persist it, and trace why the run stopped."""
     state.status, state.interruption, state.error = status, interruption, error
-    _save(state, h)
+    _save(state, h, durable=False)  # a resume finds the same exit again from the transcript
     reason = interruption.type if interruption else (error or status.value)
     h.tracer.emit(
         "run_stopped",
@@ -268,6 +273,10 @@ def _stop(
     return state
 
 
-def _save(state: RunState, h: Harness) -> None:
+def _save(state: RunState, h: Harness, durable: bool = True) -> None:
+    """Persist the state after a step. Money and side effects are made durable (a paid
+    turn, a write tool's start and result); what a resume can derive again is written
+    without an fsync (a read-only tool's result, the stop reason): still atomic, and it
+    survives a killed process, only an OS crash can take it back."""
     if h.state_path is not None:
-        state.save(h.state_path)
+        state.save(h.state_path, durable=durable)

@@ -88,9 +88,9 @@ class RunState(BaseModel):
     error: str | None = None
     output: str | None = None
 
-    def save(self, path: str | Path) -> None:
-        """Persist atomically (temp file, fsync, rename)."""
-        atomic.write_text(path, self.model_dump_json(indent=1))
+    def save(self, path: str | Path, durable: bool = True) -> None:
+        """Persist atomically (temp file, fsync unless not `durable`, rename)."""
+        atomic.write_text(path, self.model_dump_json(indent=1), durable=durable)
 
     @classmethod
     def load(cls, path: str | Path) -> RunState:
