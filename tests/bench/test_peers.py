@@ -1,0 +1,153 @@
+"""The peers run the reference workload and reproduce the seed's numbers."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from bench.peers import seed_script
+from bench.peers.result import NEEDS_HUMAN, PASS, NodeUsage, PeerResult, PeerStatus
+from orchestrator.workspace import init_demo
+from workers.provider import running_provider
+
+# DESIGN.md's reference run (seed 003): calls, tokens and review rounds per node.
+REFERENCE_NODES = {
+    "route": NodeUsage(1, 720),
+    "fanout": NodeUsage(8, 8903),
+    "merge": NodeUsage(0, 0),
+    "review": NodeUsage(2, 3033, 2),
+}
+
+needs_node = pytest.mark.skipif(
+    shutil.which("node") is None, reason="node is not on PATH: the seed's script cannot run"
+)
+needs_seed = pytest.mark.skipif(
+    not seed_script.SEED.is_file(), reason=f"the seed is not at {seed_script.SEED}"
+)
+
+
+def assert_reference_outcomes(result: PeerResult, ids: list[str]) -> None:
+    """The six demo tickets end as in the seed's table (ids: the run's ids for T-1001..6)."""
+    outcomes = [result.outcomes[i] for i in ids]
+    assert [o.handler for o in outcomes] == [
+        "worker:billing",
+        "worker:bug",
+        "template",
+        "worker:billing",
+        "worker:bug",
+        "template",
+    ]
+    assert [(o.gate_rounds, o.stop, o.status) for o in outcomes] == [
+        (0, "gate_pass", PASS),
+        (0, "gate_pass", PASS),
+        (0, "gate_pass", PASS),
+        (1, "no_progress", NEEDS_HUMAN),
+        (1, "gate_pass", PASS),
+        (0, "gate_pass", PASS),
+    ]
+    assert outcomes[5].category == "other"  # the router's "complaint" was clamped
+
+
+@pytest.fixture
+def demo_workspace(tmp_path: Path) -> Path:
+    """A fresh `ticketgraph init` demo workspace."""
+    root = tmp_path / "demo"
+    init_demo(root)
+    return root
+
+
+@pytest.mark.parametrize(("pool", "in_flight"), [(16, 4), (2, 2)])
+def test_langgraph_peer_reproduces_the_reference_run(
+    demo_workspace: Path, pool: int, in_flight: int
+) -> None:
+    pytest.importorskip("langgraph")
+    from bench.peers import langgraph_peer
+
+    with running_provider(demo_workspace / "scenarios" / "demo.yaml") as base_url:
+        result = langgraph_peer.run(demo_workspace, base_url, pool)
+
+    assert result.nodes == REFERENCE_NODES
+    assert_reference_outcomes(result, [f"T-100{k}" for k in range(1, 7)])
+    # Four tickets have a worker: pool 16 runs them all at once, pool 2 never more than two.
+    assert result.extra["provider"] == {"requests": 11, "max_in_flight": in_flight}
+    assert 0 < result.wall_s <= result.total_s
+    published = (demo_workspace / "out" / "T-1005.txt").read_text(encoding="utf-8")
+    assert published.startswith("Ticket T-1005:")
+    assert (demo_workspace / langgraph_peer.REPORT_FILE).is_file()
+
+
+@needs_node
+@needs_seed
+@pytest.mark.parametrize(
+    ("tickets", "ids"),
+    [(None, [f"T-100{k}" for k in range(1, 7)]), (6, [f"T-10000{k}" for k in range(1, 7)])],
+)
+def test_seed_script_reproduces_the_seed_table(tickets: int | None, ids: list[str]) -> None:
+    result = seed_script.run(tickets=tickets, pool=2, latency_ms=60)
+
+    assert result.status is PeerStatus.OK, result.reason
+    assert result.nodes == REFERENCE_NODES
+    assert_reference_outcomes(result, ids)
+    assert result.exit_code == 1  # one ticket needs a human
+    assert result.tickets == 6
+
+
+@needs_node
+@needs_seed
+def test_seed_script_clones_scale_every_count() -> None:
+    result = seed_script.run(tickets=13, pool=4, latency_ms=0)
+
+    # 13 tickets: clones of T-1001..T-1006 three, two, two, two, two, two times.
+    assert result.nodes == {
+        "route": NodeUsage(1, 720),
+        "fanout": NodeUsage(2 * 9, 2165 * 3 + 2339 * 2 + 2105 * 2 + 2294 * 2),
+        "merge": NodeUsage(0, 0),
+        "review": NodeUsage(4, 1395 * 2 + 1638 * 2, 4),
+    }
+    assert (result.count(PASS), result.count(NEEDS_HUMAN)) == (11, 2)
+    assert result.outcomes["T-100013"].handler == "worker:billing"
+
+
+def test_seed_script_without_node_is_skipped_with_the_reason() -> None:
+    result = seed_script.run(node="no-such-node-binary")
+
+    assert result.status is PeerStatus.SKIPPED
+    assert result.to_json() == {
+        "peer": "seed_script",
+        "status": "skipped",
+        "reason": "'no-such-node-binary' is not on PATH",
+    }
+
+
+@needs_seed
+def test_the_extracted_script_is_the_lessons_whole_block() -> None:
+    text = seed_script.SEED.read_text(encoding="utf-8")
+    script = seed_script.extract_script(text)
+
+    assert script.startswith(seed_script.SCRIPT_START)
+    assert script.splitlines()[-1].startswith(seed_script.SCRIPT_END)
+    patched = seed_script.patch_script(script)
+    assert "process.env.STUB_LATENCY_MS" in patched
+    assert "BENCH_TICKETS" in patched
+
+
+def test_a_seed_without_the_script_is_an_error() -> None:
+    with pytest.raises(seed_script.SeedError, match=r"orchestrate\.mjs"):
+        seed_script.extract_script("A lesson with no code in it.\n")
+
+
+def test_langgraph_peer_runs_the_scaled_workload(tmp_path: Path) -> None:
+    pytest.importorskip("langgraph")
+    workload_module = pytest.importorskip("bench.workload")
+    from bench.peers import langgraph_peer
+
+    workload = workload_module.build(tmp_path / "n12", 12, latency_ms=0, pool_size=16)
+    with running_provider(workload.root / "scenarios" / "demo.yaml") as base_url:
+        result = langgraph_peer.run(workload.root, base_url, 16)
+
+    assert {name: result.nodes[name].calls for name in workload.calls} == workload.calls
+    assert result.tokens == workload.tokens
+    assert (result.count(PASS), result.count(NEEDS_HUMAN)) == (10, 2)
+    assert result.outcomes["T-100011"].stop == "gate_pass"  # a clone of T-1005
