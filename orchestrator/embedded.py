@@ -45,18 +45,24 @@ def cluster(
         )
     port = free_port() if scripted else 0
     live = llm.model_copy(update={"base_url": f"http://{LOOPBACK}:{port}/v1"}) if scripted else llm
-    with RedisServer() as redis_server:
-        app = configure(redis_server.url, settings, live)
+    redis_server = RedisServer()
+    try:
+        app = configure(redis_server.start(), settings, live)
         processes, threads = layout(pool_size, settings.processes)
-        workers = fleet.start(app, f"embedded-{os.getpid()}", processes, threads)
+        workers = fleet.spawn(app, f"embedded-{os.getpid()}", processes, threads)
         try:
+            # The provider starts while the workers connect; both are needed before the
+            # first task, and neither waits for the other.
             with _provider(workspace, port if scripted else None):
+                workers.wait_ready()
                 try:
                     yield app
                 finally:
                     workers.stop(graceful=False)  # all work is on disk; Redis dies next
         finally:
             workers.stop(graceful=False)
+    finally:
+        redis_server.stop(kill=True)  # it keeps nothing: no need to wait for its shutdown
 
 
 @contextlib.contextmanager
@@ -67,5 +73,6 @@ def _provider(workspace: Workspace, port: int | None) -> Iterator[None]:
         return
     from workers.provider import running_provider  # loaded only when a run serves scripts
 
-    with running_provider(workspace.scenarios, LOOPBACK, port):
+    # The command ends right after: tell the server to stop, do not wait for its loop.
+    with running_provider(workspace.scenarios, LOOPBACK, port, join=False):
         yield

@@ -110,7 +110,19 @@ class Fleet:
 
 
 def start(app: Celery, name: str, processes: int, threads: int, loglevel: str = "WARNING") -> Fleet:
-    """Fork `processes` workers of `threads` threads each, named `<name>-<i>@<host>`."""
+    """Fork `processes` workers of `threads` threads each, named `<name>-<i>@<host>`, and
+    wait until they take tasks."""
+    fleet = spawn(app, name, processes, threads, loglevel)
+    try:
+        fleet.wait_ready()
+    except BaseException:
+        fleet.stop(graceful=False)
+        raise
+    return fleet
+
+
+def spawn(app: Celery, name: str, processes: int, threads: int, loglevel: str = "WARNING") -> Fleet:
+    """Fork the workers and return at once; `Fleet.wait_ready` waits for them."""
     from orchestrator.tasks import warm_up  # the tasks' module registers them on the app
 
     warm_up()
@@ -119,7 +131,6 @@ def start(app: Celery, name: str, processes: int, threads: int, loglevel: str = 
     try:
         for i in range(1, processes + 1):
             fleet.spawn(f"{name}-{i}@{host}")
-        fleet.wait_ready()
     except BaseException:
         fleet.stop(graceful=False)
         raise

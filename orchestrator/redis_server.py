@@ -118,10 +118,12 @@ class RedisServer:
         finally:
             client.close()
 
-    def stop(self) -> None:
-        """SIGTERM the server by PID (SIGKILL if it lingers) and remove its folder."""
+    def stop(self, kill: bool = False) -> None:
+        """SIGTERM the server by PID (SIGKILL if it lingers, or at once if `kill`: it keeps
+        nothing on disk, so an embedded run need not wait for its shutdown) and remove its
+        folder."""
         if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
+            self.process.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
             try:
                 self.process.wait(STOP_TIMEOUT_S)
             except subprocess.TimeoutExpired:

@@ -38,8 +38,14 @@ class ModelClient:
         self.settings = settings
         headers = {"Authorization": f"Bearer {settings.api_key}"} if settings.api_key else {}
         timeout = httpx.Timeout(settings.read_timeout_s, connect=settings.connect_timeout_s)
+        # Loading the CA bundle costs ~70 ms per client; a plain-http endpoint (a local model
+        # server, the scripted provider) never uses it. https endpoints are verified as ever.
+        plain_http = settings.base_url.startswith("http://")
         self.http = http or httpx.Client(
-            base_url=settings.base_url.rstrip("/") + "/", headers=headers, timeout=timeout
+            base_url=settings.base_url.rstrip("/") + "/",
+            headers=headers,
+            timeout=timeout,
+            verify=not plain_http,
         )
 
     def close(self) -> None:

@@ -63,9 +63,16 @@ def serve(
 
 @contextmanager
 def running_provider(
-    scenarios: ScenarioSource = "harness", host: str = DEFAULT_HOST, port: int = 0
+    scenarios: ScenarioSource = "harness",
+    host: str = DEFAULT_HOST,
+    port: int = 0,
+    join: bool = True,
 ) -> Iterator[str]:
-    """Run the provider on `port` (0: a free one) in a background thread; yield its URL."""
+    """Run the provider on `port` (0: a free one) in a background thread; yield its URL.
+
+    On the way out it is told to stop; `join=False` does not wait for it (up to a tick of
+    uvicorn's loop, 0.1-0.2 s), for a process about to exit anyway.
+    """
     server = _server(_scenario(scenarios), host, port, "warning")
     thread = threading.Thread(target=server.run, name="scripted-provider", daemon=True)
     thread.start()
@@ -77,7 +84,8 @@ def running_provider(
         # Stop now: waiting for open keep-alive connections would add a tick (0.1 s) or more
         # to every command that ran an embedded provider.
         server.should_exit = server.force_exit = True
-        thread.join(SHUTDOWN_TIMEOUT_S)
+        if join:
+            thread.join(SHUTDOWN_TIMEOUT_S)
 
 
 def _wait_started(server: uvicorn.Server, thread: threading.Thread) -> None:
