@@ -26,6 +26,7 @@ class AgentResult:
     status: RunStatus
     error: str | None
     usage: StepUsage
+    retryable: bool = False
 
     @property
     def ok(self) -> bool:
@@ -64,6 +65,7 @@ def run_agent(
             tokens=state.usage.total_tokens,
             cost_usd=state.cost_usd,
         ),
+        retryable=state.retryable,
     )
 
 

@@ -48,6 +48,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_init(sub)
     _add_run(sub)
     _add_resume(sub)
+    _add_requeue(sub)
     _add_worker(sub)
     _add_harness(sub)
     _add_provider(sub)
@@ -108,7 +109,11 @@ def _add_run(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     _graph_options(p)
     p.add_argument("--pool-size", type=int, help="tickets in flight (default POOL_SIZE or config)")
-    p.add_argument("--stop-after", choices=["merge"], help="stop before review (exit code 2)")
+    p.add_argument(
+        "--stop-after",
+        choices=["route", "merge"],
+        help="stop after routing or after merge, before review (exit code 2; resumable)",
+    )
     p.set_defaults(handler=_run)
 
 
@@ -123,7 +128,35 @@ def _add_resume(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
     )
     p.add_argument("run_id", help="e.g. run-20261130-101500-ab12 (see runs/)")
     _graph_options(p)
+    p.add_argument(
+        "--retry-failed",
+        choices=["retryable", "all", "none"],
+        default="retryable",
+        help="failed tickets to try again: those that failed for a reason a retry may fix "
+        "(provider errors, timeouts, crashes; the default), all (after fixing a permanent "
+        "cause such as an API key), or none",
+    )
+    p.add_argument(
+        "--wait",
+        action="store_true",
+        help="if another process still works on the run, wait for it instead of exiting 75",
+    )
     p.set_defaults(handler=_resume)
+
+
+def _add_requeue(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser(
+        "requeue",
+        help="put a run's ticket files back into inbox/",
+        description="Move the files run RUN_ID claimed (all, or those of the named tickets) "
+        "from runs/RUN_ID/claimed/ back into inbox/, where the next run claims them again. "
+        "A file whose name is taken in inbox/ is left where it is. Refuses (exit 75) while "
+        "the run is still being worked on.",
+    )
+    p.add_argument("run_id", help="e.g. run-20261130-101500-ab12 (see runs/)")
+    p.add_argument("tickets", nargs="*", metavar="TICKET", help="ticket ids (default: all)")
+    p.add_argument("--workspace", type=Path, default=Path("."), help="workspace folder (default .)")
+    p.set_defaults(handler=_requeue)
 
 
 def _settings(args: argparse.Namespace) -> GraphSettings:
@@ -147,24 +180,80 @@ def _run(args: argparse.Namespace) -> int:
         settings = _settings(args)
         store = runner.start(Workspace(args.workspace), settings)
     except (GraphError, OSError, ValueError) as exc:
-        print(f"ticketgraph run: {exc}", file=sys.stderr)
-        return EXIT_CRASHED
+        return _failed("run", exc)
+    if store is None:
+        print("inbox/ has nothing to claim: no run started", flush=True)
+        return ExitCode.ALL_PASS
     print(console.claimed(store.materialised()), flush=True)
     return _execute(store, settings)
 
 
+def _failed(command: str, exc: Exception) -> int:
+    """One sentence on stderr; the exit code says what kind of failure it was."""
+    from pydantic import ValidationError
+
+    from orchestrator.errors import ConfigError, RunBusy
+
+    print(f"ticketgraph {command}: {exc}", file=sys.stderr)
+    if isinstance(exc, RunBusy):
+        return ExitCode.TEMPFAIL
+    if isinstance(exc, ConfigError | ValidationError):
+        return ExitCode.CONFIG
+    return EXIT_CRASHED
+
+
 def _resume(args: argparse.Namespace) -> int:
-    from orchestrator import runner, runstate
+    from orchestrator import lease, runner, runstate
     from orchestrator.errors import GraphError
 
     try:
         settings = _settings(args)
         store = runstate.find(args.workspace, args.run_id)
-        runner.reopen(store)
+        _wait_for_lease(store, args.wait)
+        lease.acquire(store, "distributed" if settings.broker_url else "embedded")
+        again = runner.reopen(store, args.retry_failed)
     except (GraphError, ValueError) as exc:
-        print(f"ticketgraph resume: {exc}", file=sys.stderr)
-        return EXIT_CRASHED
+        return _failed("resume", exc)
+    if again:
+        print(f"retrying {len(again)} failed tickets: {', '.join(again)}", flush=True)
     return _execute(store, settings)
+
+
+def _wait_for_lease(store: RunStore, wait: bool) -> None:
+    """Return once nobody else works on the run; `RunBusy` at once unless `wait`."""
+    import time
+
+    from orchestrator import lease
+    from orchestrator.errors import RunBusy
+
+    told = False
+    while (holder := lease.holder(store)) is not None and not lease.is_me(holder):
+        if not wait:
+            raise RunBusy(lease.busy_message(store, holder))
+        if not told:
+            print(f"waiting: {lease.busy_message(store, holder)}", flush=True)
+            told = True
+        time.sleep(1.0)  # another process's liveness: nothing to block on but time
+
+
+def _requeue(args: argparse.Namespace) -> int:
+    from orchestrator import claims, runstate
+    from orchestrator.errors import GraphError
+    from orchestrator.workspace import Workspace
+
+    try:
+        store = runstate.find(args.workspace, args.run_id)
+        _wait_for_lease(store, wait=False)
+        names = claims.names_of(store, args.tickets)
+        moved = claims.requeue(Workspace(args.workspace), store, names)
+    except (GraphError, ValueError) as exc:
+        return _failed("requeue", exc)
+    for name in moved:
+        print(f"inbox/{name}")
+    left = sorted(set(names) - set(moved))
+    if left:
+        print(f"left in runs/{args.run_id}/claimed/ (name taken in inbox/): {', '.join(left)}")
+    return ExitCode.ALL_PASS
 
 
 def _execute(store: RunStore, settings: GraphSettings) -> int:

@@ -11,7 +11,10 @@ from orchestrator.runstate import RunStore
 def claimed(record: RunRecord) -> str:
     """The line printed when the inbox has been claimed."""
     ids = ", ".join(record.tickets) or "none"
-    return f"inbox/ received {len(record.tickets)} tickets: {ids}"
+    line = f"inbox/ received {len(record.tickets)} tickets: {ids}"
+    if record.rejected:
+        line += f"; {len(record.rejected)} files quarantined (not tickets)"
+    return line
 
 
 def progress(record: RunRecord) -> list[str]:

@@ -5,7 +5,9 @@ GraphError
 ├── RunStateError     a run folder or its run-state.json is missing or corrupt
 ├── BrokerError       the broker cannot be reached, or the embedded one started
 ├── RouteFailed       the router's model run did not answer
-└── RunTimeout        the verdict did not arrive in time
+├── RunTimeout        the verdict did not arrive in time
+├── RunBusy           another process holds the run's lease (exit 75: try again later)
+└── ConfigError       the workspace or environment configuration is wrong (exit 78)
 """
 
 from __future__ import annotations
@@ -33,3 +35,11 @@ class RouteFailed(GraphError):
 
 class RunTimeout(GraphError):
     """The run did not finish within the configured time."""
+
+
+class RunBusy(GraphError):
+    """Another live process holds the run's lease."""
+
+
+class ConfigError(GraphError):
+    """A configuration value is missing, unknown or out of range."""

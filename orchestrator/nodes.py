@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator import gate, prompts, report
+from orchestrator import gate, inbox, prompts, report
 from orchestrator.agents import AgentResult, run_agent
 from orchestrator.errors import RouteFailed
 from orchestrator.exit_codes import ExitCode
@@ -68,7 +68,9 @@ def route(ctx: Context) -> list[str]:
     config = ctx.meta.config
     result = run_agent(
         prompts.ROUTER.format(categories=", ".join(config.categories)),
-        prompts.router_input([(i, ctx.ticket_text(i)) for i in ids]),
+        prompts.router_input(
+            [(i, inbox.route_text(ctx.ticket_text(i), config.route_chars)) for i in ids]
+        ),
         [],
         config,
         ctx.llm,
@@ -76,7 +78,12 @@ def route(ctx: Context) -> list[str]:
         ctx.store.agent_path("_router", "route"),
     )
     if not result.ok:
-        raise RouteFailed(f"the router did not answer: {result.error}")
+        again = (
+            "resume retries it"
+            if result.retryable
+            else "fix it, then resume with --retry-failed all"
+        )
+        raise RouteFailed(f"the router did not answer: {result.error} ({again})")
     categories = _parse_routes(result.text or "", ids, config.categories, trace)
     tickets = ctx.store.tickets()
     for ticket_id, category in categories.items():
@@ -123,7 +130,7 @@ def draft(ctx: Context, ticket_id: str) -> str:
     result = _worker(ctx, ticket_id, category, "draft", task, trace)
     if not result.ok:
         error = result.error or "no draft"
-        return fail_ticket(ctx, ticket_id, "fanout", error, handler, result.usage)
+        return fail_ticket(ctx, ticket_id, "fanout", error, handler, result.usage, result.retryable)
     trace.emit("worker_done", round=1, calls=result.usage.calls, tokens=result.usage.tokens)
     return _drafted(ctx, ticket_id, result.text or "", handler, result.usage)
 
@@ -158,12 +165,15 @@ def fail_ticket(
     error: str,
     handler: str | None = None,
     usage: StepUsage | None = None,
+    retryable: bool = True,
 ) -> str:
-    """Record a ticket's worker failure as its verdict; the rest of the batch goes on."""
+    """Record a ticket's worker failure as its verdict; the rest of the batch goes on.
+    `retryable`: `resume` tries it again (a provider outage, a crash of ours)."""
     step = "draft" if node == "fanout" else "review"
     ticket = ctx.store.ticket(ticket_id)
     ticket.handler = handler or ticket.handler
     ticket.error, ticket.stop, ticket.status = error, "worker_failed", TicketStatus.NEEDS_HUMAN
+    ticket.retryable = retryable
     setattr(ticket, step, getattr(ticket, step) + (usage or StepUsage()))
     ctx.store.save_ticket(ticket_id, ticket)
     ctx.tracer(node, ticket=ticket_id).emit("worker_failed", error=error)
@@ -177,9 +187,7 @@ def merge(ctx: Context) -> list[str]:
     if not _done(ctx, "merge"):
         _publish(ctx, tickets)
     if ctx.meta.config.stop_after == "merge":
-        with ctx.store.update_meta() as run:
-            run.end(RunPhase.STOPPED, ExitCode.STOPPED)
-        ctx.store.materialise(tickets)
+        stop_early(ctx.store, tickets)
         return []
     return [i for i, t in tickets.items() if t.status is TicketStatus.DRAFTED]
 
@@ -233,6 +241,7 @@ def review(ctx: Context, ticket_id: str) -> str:
         loop.usage,
         outcome.error,
     )
+    ticket.retryable = outcome.retryable
     ctx.store.save_ticket(ticket_id, ticket)
     return ticket.status.value
 
@@ -243,6 +252,7 @@ class Outcome:
 
     stop: str
     error: str | None = None
+    retryable: bool = False
 
 
 class ReviewLoop:
@@ -274,20 +284,20 @@ class ReviewLoop:
             if self.ticket.handler == "template" or self.ticket.category not in prompts.WORKERS:
                 return Outcome("no_rewriter")
             last_report, self.rounds = verdict.report, self.rounds + 1
-            if (error := self.rewrite(verdict.report)) is not None:
-                return Outcome("worker_failed", error)
+            if (failed := self.rewrite(verdict.report)) is not None:
+                return Outcome("worker_failed", failed.error or "no rewrite", failed.retryable)
             verdict = self.check()
         return Outcome("gate_pass")
 
-    def rewrite(self, gate_report: str) -> str | None:
-        """Ask the same worker for a corrected draft; return an error text if it failed."""
+    def rewrite(self, gate_report: str) -> AgentResult | None:
+        """Ask the same worker for a corrected draft; return the failed result if it failed."""
         category = self.ticket.category or OTHER
         task = prompts.rewrite_input(self.ticket_id, self.text, gate_report)
         step = f"review-{self.rounds}"
         result = _worker(self.ctx, self.ticket_id, category, step, task, self.trace)
         self.usage = self.usage + result.usage
         if not result.ok:
-            return result.error or "no rewrite"
+            return result
         self.trace.emit(
             "worker_done",
             round=self.rounds + 1,
@@ -309,13 +319,21 @@ def finish_report(ctx: Context) -> int:
     trace = ctx.tracer("report")
     _open(ctx, "report", trace)
     needs_human = [t for t in tickets.values() if t.status is not TicketStatus.PASS]
-    code = ExitCode.NEEDS_HUMAN if needs_human else ExitCode.ALL_PASS
+    looked_at = needs_human or ctx.meta.rejected
+    code = ExitCode.NEEDS_HUMAN if looked_at else ExitCode.ALL_PASS
     atomic.write_text(ctx.store.report_path, report.render(ctx.store.read(tickets)))
     _close(ctx, "report", trace)
     with ctx.store.update_meta() as run:
         run.end(RunPhase.DONE, code)
     ctx.store.materialise(tickets)
     return code
+
+
+def stop_early(store: RunStore, tickets: dict[str, TicketRecord] | None = None) -> None:
+    """End the run at the stop point it was asked to stop at (exit 2, resumable)."""
+    with store.update_meta() as run:
+        run.end(RunPhase.STOPPED, ExitCode.STOPPED)
+    store.materialise(tickets)
 
 
 def record_crash(store: RunStore, exc: BaseException) -> int:

@@ -88,7 +88,10 @@ class TicketRecord(BaseModel):
     stop: str | None = None
     status: TicketStatus = TicketStatus.CLAIMED
     source: str
+    format: str | None = None  # txt, md, json or eml
+    encoding: str | None = None  # as the file was decoded
     error: str | None = None
+    retryable: bool = False  # its failure may pass on a retry (provider down, a crash)
     draft: StepUsage = StepUsage()
     review: StepUsage = StepUsage()
 
@@ -104,6 +107,16 @@ class RunConfig(BaseModel):
     max_turns: int
     budget_usd: float | None
     stop_after: str | None = None
+    route_chars: int = 2000
+
+
+class RejectedFile(BaseModel):
+    """A file claimed from inbox/ that is not a ticket, and where it went."""
+
+    name: str
+    kind: str
+    reason: str
+    file: str  # relative to the workspace: quarantine/<run_id>/<name>
 
 
 class RunMeta(BaseModel):
@@ -118,6 +131,7 @@ class RunMeta(BaseModel):
     exit_code: int | None = None
     error: str | None = None
     config: RunConfig
+    rejected: list[RejectedFile] = []
 
     def end(self, status: RunPhase, exit_code: int | None, error: str | None = None) -> None:
         """Set where the run ended and the exit code cron will see."""

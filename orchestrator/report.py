@@ -63,6 +63,9 @@ def render(record: RunRecord) -> str:
     for ticket_id, t in needs_human:
         detail = t.one_line if t.stop != "worker_failed" else f"error: {t.error}"
         lines.append(f"  - {ticket_id} ({t.stop or t.status.value}): {detail}")
+    if record.rejected:
+        lines.append(f"quarantine/: {len(record.rejected)} files that are not tickets")
+        lines += [f"  - {r.file}: {r.reason}" for r in record.rejected]
     run_dir = f"runs/{record.run_id}"
     lines.append(f"Trace: {run_dir}/run-state.json / {run_dir}/run.jsonl (run_id={record.run_id})")
     return "\n".join(lines) + "\n"

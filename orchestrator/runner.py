@@ -3,24 +3,35 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import secrets
+import shutil
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from celery import Celery
 
-from orchestrator import dispatch, embedded, graph, inbox, keys, nodes
+from orchestrator import claims, dispatch, embedded, graph, inbox, keys, lease, nodes, report
 from orchestrator.app import configure
 from orchestrator.errors import RunTimeout
 from orchestrator.exit_codes import ExitCode
-from orchestrator.records import RunConfig, RunMeta, RunPhase, TicketRecord
+from orchestrator.records import (
+    RejectedFile,
+    RunConfig,
+    RunMeta,
+    RunPhase,
+    TicketRecord,
+    TicketStatus,
+)
 from orchestrator.runstate import RunStore, link_latest, new_run_id
 from orchestrator.settings import GraphSettings
-from orchestrator.workspace import Workspace
+from orchestrator.workspace import Workspace, WorkspaceConfig
 from workers import atomic
 from workers.settings import HarnessSettings
+from workers.state import RunState
+from workers.state import retry as retry_state
 from workers.trace import now_iso
 
 # How often the waiting CLI looks at run.json when no event came: a lost event (a Redis
@@ -30,19 +41,63 @@ CHECK_EVERY_S = 1.0
 Event = dict[str, Any]
 
 
-def start(workspace: Workspace, settings: GraphSettings) -> RunStore:
-    """Claim every inbox ticket into a new run folder and write the run's first records."""
+def start(workspace: Workspace, settings: GraphSettings) -> RunStore | None:
+    """Claim what inbox/ holds into a new run and write the run's first records; None if
+    there was nothing to claim (no run folder is left behind)."""
     config = workspace.config()
-    tickets = inbox.load(workspace.inbox)
+    limits = inbox.InboxLimits(**config.inbox.model_dump())
+    names = inbox.claimable(workspace.inbox, time.time(), limits)
+    if not names:
+        return None
     store = RunStore(workspace.runs / new_run_id())
     store.dir.mkdir(parents=True)
+    claimed = claims.claim(workspace, store, names)
+    if not claimed:  # other runs claimed everything first
+        shutil.rmtree(store.dir)
+        return None
+    tickets, rejected = _sort_claimed(workspace, store, claimed, limits)
+    _write_tickets(store, tickets)
+    store.write_meta(_meta(workspace, store, config, settings, rejected))
+    trace = store.tracer(node="inbox")
+    for file in rejected:
+        trace.emit("rejected", file=file.file, kind=file.kind, reason=file.reason)
+    store.materialise()
+    workspace.out.mkdir(parents=True, exist_ok=True)
+    link_latest(workspace.root, store)
+    return store
+
+
+def _sort_claimed(
+    workspace: Workspace, store: RunStore, names: list[str], limits: inbox.InboxLimits
+) -> tuple[list[inbox.Ticket], list[RejectedFile]]:
+    """Tickets from the claimed files; the rest quarantined with their reasons."""
+    seen = [inbox.inspect(store.claimed_dir / name, limits) for name in names]
+    tickets, duplicates = inbox.dedupe([t for t in seen if isinstance(t, inbox.Ticket)])
+    rejections = [r for r in seen if isinstance(r, inbox.Rejection)] + duplicates
+    return tickets, [claims.quarantine(workspace, store, r) for r in rejections]
+
+
+def _write_tickets(store: RunStore, tickets: list[inbox.Ticket]) -> None:
+    """Each ticket's text and first record, in one flush."""
+    source = os.path.relpath(store.claimed_dir, store.dir.parent.parent)
+    records = {
+        t.id: TicketRecord(source=f"{source}/{t.name}", format=t.format, encoding=t.encoding)
+        for t in tickets
+    }
     atomic.write_many(
         [(store.ticket_path(t.id), t.text + "\n") for t in tickets]
-        + [
-            (store.record_path(t.id), TicketRecord(source=t.source).model_dump_json())
-            for t in tickets
-        ]
+        + [(store.record_path(i), r.model_dump_json()) for i, r in records.items()]
     )
+
+
+def _meta(
+    workspace: Workspace,
+    store: RunStore,
+    config: WorkspaceConfig,
+    settings: GraphSettings,
+    rejected: list[RejectedFile],
+) -> RunMeta:
+    now = now_iso()
     run_config = RunConfig(
         categories=config.graph.categories,
         pool_size=settings.pool_size or config.graph.pool_size,
@@ -52,30 +107,63 @@ def start(workspace: Workspace, settings: GraphSettings) -> RunStore:
         max_turns=config.harness.max_turns,
         budget_usd=config.harness.budget_usd,
         stop_after=settings.stop_after,
+        route_chars=config.inbox.route_chars,
     )
-    now = now_iso()
-    store.write_meta(
-        RunMeta(
-            run_id=store.run_id,
-            started_at=now,
-            updated_at=now,
-            workspace=str(workspace.root.resolve()),
-            config=run_config,
-        )
+    return RunMeta(
+        run_id=store.run_id,
+        started_at=now,
+        updated_at=now,
+        workspace=str(workspace.root.resolve()),
+        config=run_config,
+        rejected=rejected,
     )
-    store.materialise()
-    workspace.out.mkdir(parents=True, exist_ok=True)
-    link_latest(workspace.root, store)
-    return store
 
 
-def reopen(store: RunStore) -> RunMeta:
-    """Make a stopped or crashed run resumable: it will finish review and report."""
+RetryPolicy = Literal["retryable", "all", "none"]
+
+
+def reopen(store: RunStore, retry: RetryPolicy = "retryable") -> list[str]:
+    """Make a stopped, crashed or finished run resumable: failures that may pass on a retry
+    (`retry`: those, all, none) go back to the step that failed, keeping what they paid.
+    Returns the tickets that will be tried again."""
+    again = [] if retry == "none" else _retry_failed(store, force=retry == "all")
     with store.update_meta() as meta:
-        if meta.status is not RunPhase.DONE:
+        if meta.status is not RunPhase.DONE or again:
             meta.end(RunPhase.RUNNING, None)
             meta.config.stop_after = None
-    return meta
+    return again
+
+
+def _retry_failed(store: RunStore, force: bool) -> list[str]:
+    """Put failed tickets (and a failed router) back where they failed; their ids."""
+    _retry_agents(store, "_router", force)
+    again: dict[str, TicketStatus] = {}
+    for ticket_id, ticket in store.tickets().items():
+        if ticket.stop != "worker_failed" or not (ticket.retryable or force):
+            continue
+        _retry_agents(store, ticket_id, force)
+        drafted = store.draft_path(ticket_id).exists()
+        again[ticket_id] = TicketStatus.DRAFTED if drafted else TicketStatus.ROUTED
+        ticket.status, ticket.stop, ticket.error, ticket.retryable = (
+            again[ticket_id],
+            None,
+            None,
+            False,
+        )
+        store.save_ticket(ticket_id, ticket)
+    redo = ("fanout", "merge", "review", "report") if TicketStatus.ROUTED in again.values() else ()
+    redo = redo or (("review", "report") if again else ())
+    for node in redo:
+        store.node_path(node).unlink(missing_ok=True)
+    return list(again)
+
+
+def _retry_agents(store: RunStore, ticket_id: str, force: bool) -> None:
+    """Let the ticket's failed agent runs go on from their last paid turn."""
+    for path in sorted((store.dir / "agents").glob(f"{ticket_id}.*.json")):
+        state = RunState.load(path)
+        if retry_state(state, force=force):
+            state.save(path)
 
 
 def execute(
@@ -88,6 +176,22 @@ def execute(
 
     `on_event` sees each event the run publishes (a node ended, the run ended).
     """
+    distributed = bool(settings.broker_url)
+    held = lease.acquire(store, "distributed" if distributed else "embedded")
+    try:
+        return _execute_held(store, settings, llm, on_event, held)
+    finally:
+        if not distributed or store.meta().status is not RunPhase.RUNNING:
+            held.release()  # a distributed run still going on keeps it, touched by its tasks
+
+
+def _execute_held(
+    store: RunStore,
+    settings: GraphSettings,
+    llm: HarnessSettings,
+    on_event: Callable[[Event], None],
+    held: lease.Lease,
+) -> int:
     meta = store.meta()
     if meta.status is RunPhase.DONE and meta.exit_code is not None:
         return meta.exit_code
@@ -97,7 +201,7 @@ def execute(
         else:
             workspace = Workspace(Path(meta.workspace))
             with _celery(workspace, settings, llm, meta.config.pool_size) as app:
-                _submit_and_wait(app, store, settings.run_timeout_s, on_event)
+                _submit_and_wait(app, store, settings.run_timeout_s, on_event, held)
     except KeyboardInterrupt:
         return _interrupted(store, embedded_run=not settings.broker_url)
     except Exception as exc:
@@ -117,7 +221,11 @@ def _interrupted(store: RunStore, embedded_run: bool) -> int:
 
 
 def _submit_and_wait(
-    app: Celery, store: RunStore, timeout: float, on_event: Callable[[Event], None]
+    app: Celery,
+    store: RunStore,
+    timeout: float,
+    on_event: Callable[[Event], None],
+    held: lease.Lease,
 ) -> None:
     """Send the run's first unfinished step, then follow its events until it ends.
 
@@ -130,6 +238,7 @@ def _submit_and_wait(
     graph.submit(r, store, store.read(), attempt=secrets.token_hex(3))
     deadline = time.monotonic() + timeout
     while True:
+        held.renew()
         event = dispatch.next_event(r, store.run_id, CHECK_EVERY_S)
         if event is not None:
             on_event(event)
@@ -154,6 +263,8 @@ def _celery(
 
 
 def _finish_empty(store: RunStore) -> None:
+    """A run whose every claimed file was rejected: someone must look (exit 1)."""
     with store.update_meta() as meta:
-        meta.end(RunPhase.DONE, ExitCode.ALL_PASS)
+        meta.end(RunPhase.DONE, ExitCode.NEEDS_HUMAN if meta.rejected else ExitCode.ALL_PASS)
+    atomic.write_text(store.report_path, report.render(store.read()))
     store.materialise()

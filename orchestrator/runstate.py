@@ -82,6 +82,11 @@ class RunStore:
         """Harness state of one agent run (resumable without paying twice)."""
         return self.dir / "agents" / f"{ticket_id}.{step}.json"
 
+    @property
+    def claimed_dir(self) -> Path:
+        """The files this run claimed from inbox/, as they were."""
+        return self.dir / "claimed"
+
     def ticket_path(self, ticket_id: str) -> Path:
         """The ticket's text as claimed into the run (later nodes read it from here)."""
         return self.dir / "tickets" / f"{ticket_id}.txt"

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import redis
 from celery import Task
 
-from orchestrator import dispatch, graph, keys, nodes
+from orchestrator import dispatch, graph, keys, lease, nodes
 from orchestrator.agents import shared_client
 from orchestrator.app import app, worker_llm
 from orchestrator.runstate import RunStore
@@ -69,6 +69,7 @@ def _per_ticket(
     except Exception as exc:
         status = nodes.fail_ticket(ctx, ticket_id, node, f"{type(exc).__name__}: {exc}")
     graph.hand_on(r, step, ctx.store, attempt, ticket_id)
+    lease.touch(ctx.store)  # the run makes progress: its lease stays live without its CLI
     return {"ticket": ticket_id, "status": status}
 
 
@@ -79,6 +80,10 @@ def route(run_dir: str, attempt: str) -> dict[str, Any]:
     drafting = _whole_run(run_dir, nodes.route)
     r = _redis()
     dispatch.publish(r, ctx.store.run_id, "node_end", node="route")
+    if ctx.meta.config.stop_after == "route":
+        nodes.stop_early(ctx.store)
+        dispatch.publish(r, ctx.store.run_id, "run_end")
+        return {"drafting": 0}
     graph.fan_out(r, graph.DRAFT, ctx.store, attempt, drafting, ctx.meta.config.pool_size)
     return {"drafting": len(drafting)}
 

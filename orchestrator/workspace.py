@@ -8,20 +8,50 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from orchestrator.errors import ConfigError
 
 CONFIG_FILE = "ticketgraph.toml"
+# Categories a worker (an agent with its own prompt and tools) can draft; any other
+# category gets the template reply.
+WORKER_CATEGORIES = ("billing", "bug")
 DEMO_SCENARIOS = "scenarios/demo.yaml"
 
 
-class GraphConfig(BaseModel):
+class _Table(BaseModel):
+    """A table of ticketgraph.toml: a misspelt key is an error, not a silent default."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class GraphConfig(_Table):
     """How tickets are routed and fanned out."""
 
     categories: list[str] = ["billing", "bug", "other"]
     pool_size: int = Field(default=2, ge=1)
 
+    @field_validator("categories")
+    @classmethod
+    def _one_with_a_worker(cls, categories: list[str]) -> list[str]:
+        if not set(categories) & set(WORKER_CATEGORIES):
+            raise ValueError(
+                f"needs at least one category with a worker ({', '.join(WORKER_CATEGORIES)}); "
+                "with none, every ticket would get the template reply"
+            )
+        return categories
 
-class GateConfig(BaseModel):
+
+class InboxConfig(_Table):
+    """What may be claimed from inbox/ and how much of it the router sees."""
+
+    max_bytes: int = Field(default=64 * 1024, ge=1, description="bigger files are quarantined")
+    route_chars: int = Field(default=2000, ge=100, description="ticket text in the routing prompt")
+    settle_s: float = Field(default=1.0, ge=0, description="skip files modified this recently")
+    id_header: str = Field(default="X-Ticket-Id", description=".eml header naming the ticket id")
+
+
+class GateConfig(_Table):
     """The deterministic gate and the review loop."""
 
     max_rounds: int = Field(default=3, ge=0)
@@ -32,7 +62,7 @@ class GateConfig(BaseModel):
     ]
 
 
-class HarnessConfig(BaseModel):
+class HarnessConfig(_Table):
     """Limits of each agent run inside the graph."""
 
     model: str = "demo"
@@ -46,6 +76,7 @@ class WorkspaceConfig(BaseModel):
     model_config = {"extra": "forbid"}
 
     graph: GraphConfig = GraphConfig()
+    inbox: InboxConfig = InboxConfig()
     gate: GateConfig = GateConfig()
     harness: HarnessConfig = HarnessConfig()
 
@@ -67,6 +98,11 @@ class Workspace:
         return self.root / "out"
 
     @property
+    def quarantine(self) -> Path:
+        """Files claimed from inbox/ that are not tickets, each with a `.reason` file."""
+        return self.root / "quarantine"
+
+    @property
     def runs(self) -> Path:
         """One folder per run: state, trace, agent states, report."""
         return self.root / "runs"
@@ -77,11 +113,27 @@ class Workspace:
         return self.root / DEMO_SCENARIOS
 
     def config(self) -> WorkspaceConfig:
-        """The workspace config; defaults when there is no ticketgraph.toml."""
+        """The workspace config; defaults when there is no ticketgraph.toml; `ConfigError`
+        naming the key when a value is unknown or out of range."""
         path = self.root / CONFIG_FILE
         if not path.exists():
             return WorkspaceConfig()
-        return WorkspaceConfig.model_validate(tomllib.loads(path.read_text(encoding="utf-8")))
+        try:
+            return WorkspaceConfig.model_validate(tomllib.loads(path.read_text(encoding="utf-8")))
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{path} is not valid TOML: {exc}") from exc
+        except ValidationError as exc:
+            raise ConfigError(f"{path}: {_first_problem(exc)}") from exc
+
+
+def _first_problem(exc: ValidationError) -> str:
+    """The first validation error as `[table] key: message`."""
+    error = exc.errors()[0]
+    where = [str(part) for part in error["loc"]]
+    key = f"[{where[0]}] {'.'.join(where[1:])}" if len(where) > 1 else where[0] if where else ""
+    message = "unknown key" if error["type"] == "extra_forbidden" else error["msg"]
+    more = f" (and {len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
+    return f"{key}: {message}{more}"
 
 
 def init_demo(root: Path) -> tuple[list[Path], list[Path]]:
@@ -96,7 +148,9 @@ def init_demo(root: Path) -> tuple[list[Path], list[Path]]:
                 kept.append(dest)
                 continue
             dest.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(src, dest)
+            # copy2 keeps the packaged files' old mtimes: inbox/ claims only files that have
+            # not changed for a moment (a file still being written is never claimed).
+            shutil.copy2(src, dest)
             created.append(dest)
     (root / "out").mkdir(parents=True, exist_ok=True)
     return created, kept

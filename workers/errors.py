@@ -27,6 +27,12 @@ class ProviderError(HarnessError):
         super().__init__(message)
         self.status = status
 
+    @property
+    def retryable(self) -> bool:
+        """True if asking again later may succeed: no answer at all (connection, timeout,
+        a malformed body), 408/409/429, or a server error; other 4xx need a person."""
+        return self.status is None or self.status in (408, 409, 429) or self.status >= 500
+
 
 class ScenarioError(HarnessError):
     """A scenario file for the scripted provider is malformed."""

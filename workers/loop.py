@@ -78,6 +78,7 @@ def run(state: RunState, h: Harness) -> RunState:
         try:
             reply = h.client.complete(state.model, state.messages, h.catalog.schemas())
         except ProviderError as exc:
+            state.retryable = exc.retryable
             return _stop(state, h, RunStatus.FAILED, error=str(exc))
         _record_reply(state, h, reply)
 

@@ -86,6 +86,7 @@ class RunState(BaseModel):
     rejected: dict[str, str] = {}
     started_calls: list[str] = []
     error: str | None = None
+    retryable: bool = False  # a `failed` exit that asking again later may fix
     output: str | None = None
 
     def save(self, path: str | Path, durable: bool = True) -> None:
@@ -113,6 +114,15 @@ def pending(state: RunState) -> list[ToolCall]:
         return []
     answered = {m.tool_call_id for m in state.messages if m.role == "tool"}
     return [c for c in last_assistant.tool_calls if c.id not in answered]
+
+
+def retry(state: RunState, force: bool = False) -> bool:
+    """Make a run that failed for a retryable reason (any failure if `force`) resumable;
+    its paid turns are kept. False, and nothing changed, if there is nothing to retry."""
+    if state.status is not RunStatus.FAILED or not (state.retryable or force):
+        return False
+    state.status, state.error, state.retryable = RunStatus.RUNNING, None, False
+    return True
 
 
 def approve(state: RunState, call_id: str) -> None:

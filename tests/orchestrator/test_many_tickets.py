@@ -7,7 +7,7 @@ from typing import Any
 
 import httpx
 
-from tests.orchestrator.conftest import Cli, events, state, write_scenarios
+from tests.orchestrator.conftest import Cli, drop, events, state, write_scenarios
 from workers.provider import running_provider
 
 COUNT, POOL = 30, 8
@@ -49,7 +49,7 @@ def test_thirty_parallel_tickets_keep_every_record_and_line(
         old.unlink()
     ids = [f"T-{2000 + i}" for i in range(COUNT)]
     for ticket in ids:
-        (demo / "inbox" / f"{ticket}.txt").write_text(f"Customer text of {ticket}.\n")
+        drop(demo / "inbox", f"{ticket}.txt", f"Customer text of {ticket}.\n")
     with running_provider(write_scenarios(tmp_path / "many.yaml", _scenarios(ids))) as url:
         done = cli("run", cwd=demo, env={"LLM_BASE_URL": url, "POOL_SIZE": str(POOL)})
         in_flight = httpx.get(url.replace("/v1", "/stats")).json()["max_in_flight"]

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
-from orchestrator import gate, inbox, nodes, report
-from orchestrator.errors import InboxError
+from orchestrator import gate, nodes, report
 from orchestrator.workspace import init_demo
 from workers.trace import Tracer, read
 
@@ -41,30 +39,6 @@ def test_one_line_is_the_first_sentence_cut_at_22_characters() -> None:
         report.one_line("Ticket T-1004: changing the invoice. More.") == "Ticket T-1004: changin…"
     )
     assert report.one_line("Short. Rest.") == "Short"
-
-
-def test_inbox_reads_txt_and_json_and_names_bad_files(tmp_path: Path) -> None:
-    box = tmp_path / "inbox"
-    box.mkdir()
-    (box / "B-2.json").write_text(json.dumps({"id": "B-2", "text": " json ticket "}))
-    (box / "A-1.txt").write_text("text ticket\n")
-    (box / "notes.md").write_text("ignored")
-    assert [(t.id, t.text) for t in inbox.load(box)] == [
-        ("A-1", "text ticket"),
-        ("B-2", "json ticket"),
-    ]
-    (box / "C-3.json").write_text("{broken")
-    with pytest.raises(InboxError, match=r"C-3\.json: not valid JSON"):
-        inbox.load(box)
-    (box / "C-3.json").write_text(json.dumps({"id": "A-1", "text": "dup"}))
-    with pytest.raises(InboxError, match="appears twice"):
-        inbox.load(box)
-    (box / "C-3.json").unlink()
-    (box / "D-4.txt").write_text("   \n")
-    with pytest.raises(InboxError, match=r"D-4\.txt: the ticket has no text"):
-        inbox.load(box)
-    with pytest.raises(InboxError, match="no inbox folder"):
-        inbox.load(tmp_path / "missing")
 
 
 def test_init_never_overwrites_a_users_files(tmp_path: Path) -> None:
