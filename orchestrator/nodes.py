@@ -92,6 +92,9 @@ def route(ctx: Context) -> list[str]:
     for ticket_id, category in categories.items():
         trace.emit("routed", ticket=ticket_id, category=category)
     _close(ctx, "route", trace, result.usage.calls, result.usage.tokens)
+    if config.stop_after == "route":
+        stop_early(ctx.store, tickets)
+        return []
     ctx.store.materialise(tickets)
     return list(categories)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import redis
 from celery import Task
@@ -18,6 +18,7 @@ from celery import Task
 from orchestrator import dispatch, graph, keys, lease, nodes
 from orchestrator.agents import shared_client
 from orchestrator.app import app, worker_llm
+from orchestrator.records import RunPhase
 from orchestrator.runstate import RunStore
 
 T = TypeVar("T")
@@ -74,18 +75,29 @@ def _per_ticket(
 
 
 @app.task(name="orchestrator.route")
-def route(run_dir: str, attempt: str) -> dict[str, Any]:
+def route(run_dir: str, attempt: str) -> dict[str, int]:
     """Classify every claimed ticket with one model call, then fan the drafts out."""
+    return _then_fan_out(run_dir, attempt, "route", nodes.route, graph.DRAFT)
+
+
+def _then_fan_out(
+    run_dir: str,
+    attempt: str,
+    node: str,
+    step: Callable[[nodes.Context], list[str]],
+    fan: graph.FanOut,
+) -> dict[str, int]:
+    """Run a whole-run step that ends in a fan-out (route, merge), unless the run stops
+    after it (the step itself records the stop)."""
     ctx = _ctx(run_dir)
-    drafting = _whole_run(run_dir, nodes.route)
+    taking = _whole_run(run_dir, step)
     r = _redis()
-    dispatch.publish(r, ctx.store.run_id, "node_end", node="route")
-    if ctx.meta.config.stop_after == "route":
-        nodes.stop_early(ctx.store)
+    dispatch.publish(r, ctx.store.run_id, "node_end", node=node)
+    if ctx.store.meta().status is not RunPhase.RUNNING:
         dispatch.publish(r, ctx.store.run_id, "run_end")
-        return {"drafting": 0}
-    graph.fan_out(r, graph.DRAFT, ctx.store, attempt, drafting, ctx.meta.config.pool_size)
-    return {"drafting": len(drafting)}
+        return {fan.phase: 0}
+    graph.fan_out(r, fan, ctx.store, attempt, taking, ctx.meta.config.pool_size)
+    return {fan.phase: len(taking)}
 
 
 @app.task(name="orchestrator.draft", bind=True)
@@ -97,15 +109,7 @@ def draft(self: Task, run_dir: str, attempt: str, ticket_id: str) -> dict[str, s
 @app.task(name="orchestrator.merge")
 def merge(run_dir: str, attempt: str) -> dict[str, int]:
     """Publish drafts to out/, then fan the reviews out (unless the run stops here)."""
-    ctx = _ctx(run_dir)
-    reviewing = _whole_run(run_dir, nodes.merge)
-    r = _redis()
-    dispatch.publish(r, ctx.store.run_id, "node_end", node="merge")
-    if ctx.store.meta().config.stop_after == "merge":
-        dispatch.publish(r, ctx.store.run_id, "run_end")
-        return {"reviewing": 0}
-    graph.fan_out(r, graph.REVIEW, ctx.store, attempt, reviewing, ctx.meta.config.pool_size)
-    return {"reviewing": len(reviewing)}
+    return _then_fan_out(run_dir, attempt, "merge", nodes.merge, graph.REVIEW)
 
 
 @app.task(name="orchestrator.review", bind=True)
