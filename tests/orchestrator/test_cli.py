@@ -95,6 +95,9 @@ def test_an_empty_inbox_is_a_clean_run_that_leaves_nothing(cli: Cli, demo: Path)
 def test_a_file_still_being_written_is_not_claimed(cli: Cli, demo: Path) -> None:
     for ticket in (demo / "inbox").iterdir():
         ticket.unlink()
+    # A minute's settle time, so "just written" holds however slowly the command starts.
+    config = demo / "ticketgraph.toml"
+    config.write_text(config.read_text() + "\n[inbox]\nsettle_s = 60\n")
     (demo / "inbox" / "T-7.txt").write_text("just written, maybe not finished")
     (demo / "inbox" / ".T-8.txt").write_text("a dotfile: still being written elsewhere")
     done = cli("run", cwd=demo)
