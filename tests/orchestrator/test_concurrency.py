@@ -73,7 +73,7 @@ def test_a_slow_ticket_delays_no_other_ticket(demo: Path, cli: Cli, tmp_path: Pa
     while the slow one is still with the model (no lane waits behind it)."""
     ids = [f"T-{4000 + i}" for i in range(10)]
     slow = ids[0]  # the first ticket: with lanes, every other ticket of its lane waits
-    latency = {t: (2000 if t == slow else 100) for t in ids}
+    latency = {t: (3000 if t == slow else 150) for t in ids}
     _inbox(demo, ids)
     scenario = write_scenarios(tmp_path / "s.yaml", _scripts(ids, latency))
     with running_provider(scenario) as url:
