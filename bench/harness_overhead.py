@@ -6,7 +6,7 @@ run, and for each run compute (run wall time - sum of the provider's X-Service-M
 What remains is the harness: building and sending the request, httpx, JSON, the loop, tools,
 tracing and (in the `persisted` variant) an fsync'ed state write after every step.
 
-    python bench/harness_overhead.py [--turns 1000] [--json]
+    python -m bench.harness_overhead [--turns 1000] [--json]     # or: python -m bench --only f
 """
 
 from __future__ import annotations
@@ -14,21 +14,25 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-import httpx
-
+from bench.figures import Figure, Target
+from bench.services import Provider
+from bench.suite import Context, Section
 from workers import experiment, filetools, loop
 from workers.client import ModelClient, ModelReply
 from workers.settings import HarnessSettings
 from workers.state import Message, RunStatus, new_run
+
+VARIANTS = {"in_memory": False, "persisted": True}
+WARM_UP_TURNS = 30
+QUICK_TURNS = 150
+TARGET_MS = 2.0  # BENCHMARKS.md: at most 2 ms per turn, median (the seed's Node harness: ~5 ms)
 
 
 class TimedClient(ModelClient):
@@ -39,29 +43,10 @@ class TimedClient(ModelClient):
     def complete(
         self, model: str, messages: list[Message], tools: list[dict[str, Any]]
     ) -> ModelReply:
+        """One completion, its X-Service-Ms added to `service_ms`."""
         reply = super().complete(model, messages, tools)
         self.service_ms += reply.service_ms or 0.0
         return reply
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_provider(port: int) -> subprocess.Popen[bytes]:
-    cmd = [sys.executable, "-m", "workers.provider.server", "--port", str(port)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
-        try:
-            httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=0.5)
-            return proc
-        except httpx.HTTPError:
-            time.sleep(0.05)
-    proc.kill()
-    raise RuntimeError("provider did not start")
 
 
 def measure(url: str, turns: int, persisted: bool, root: Path) -> list[float]:
@@ -80,7 +65,8 @@ def measure(url: str, turns: int, persisted: bool, root: Path) -> list[float]:
             started = time.perf_counter()
             state = loop.run(state, h)
             wall_ms = (time.perf_counter() - started) * 1000
-            assert state.status is RunStatus.COMPLETED, state.error
+            if state.status is not RunStatus.COMPLETED:
+                raise RuntimeError(f"plan run ended {state.status}: {state.error}")
             per_turn.append((wall_ms - client.service_ms) / state.turns)
             done += state.turns
     finally:
@@ -89,6 +75,7 @@ def measure(url: str, turns: int, persisted: bool, root: Path) -> list[float]:
 
 
 def summarise(samples: list[float]) -> dict[str, float]:
+    """Median, p95 and the turns per second the harness alone could do."""
     ordered = sorted(samples)
     return {
         "runs": len(ordered),
@@ -98,29 +85,54 @@ def summarise(samples: list[float]) -> dict[str, float]:
     }
 
 
+def measure_overhead(turns: int, scratch: Path) -> dict[str, dict[str, float]]:
+    """Both variants against a provider process of their own, after a warm-up."""
+    with (
+        Provider("harness", scratch / "provider.log") as llm,
+        tempfile.TemporaryDirectory(dir=scratch) as tmp,
+    ):
+        measure(llm.url, WARM_UP_TURNS, False, Path(tmp))  # imports, connections, tokenizer
+        return {
+            name: summarise(measure(llm.url, turns, persisted, Path(tmp)))
+            for name, persisted in VARIANTS.items()
+        }
+
+
+def run_section(ctx: Context, section: Section) -> None:
+    """Section f of `python -m bench`: the median and p95 per turn of both variants."""
+    turns = QUICK_TURNS if ctx.options.quick else 1000
+    section.title = f"harness overhead per turn (plan scenario, ≥ {turns:,} turns per variant)"
+    results = measure_overhead(turns, ctx.folder("f-harness"))
+    section.raw = results
+    target = Target("<=", TARGET_MS, "≤ 2 ms per turn, median")
+    for name, r in results.items():
+        label = name.replace("_", " ")
+        section.add(
+            Figure(
+                f"{name}.median_ms",
+                f"{label}: overhead/turn, median",
+                r["median_ms"],
+                "ms",
+                target,
+                note=f"{r['runs']} runs",
+            ),
+            Figure(f"{name}.p95_ms", f"{label}: overhead/turn, p95", r["p95_ms"], "ms"),
+        )
+
+
 def main() -> None:
+    """Command line: both variants, printed or as JSON."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--turns", type=int, default=1000)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    port = free_port()
-    provider = start_provider(port)
-    try:
-        url = f"http://127.0.0.1:{port}/v1"
-        with tempfile.TemporaryDirectory() as tmp:
-            measure(url, 30, False, Path(tmp))  # warm-up: imports, connections, tokenizer
-            results = {
-                name: summarise(measure(url, args.turns, persisted, Path(tmp)))
-                for name, persisted in (("in_memory", False), ("persisted", True))
-            }
-    finally:
-        provider.terminate()
-        provider.wait(10)
+    with tempfile.TemporaryDirectory(prefix="harness-overhead-") as tmp:
+        results: dict[str, Any] = measure_overhead(args.turns, Path(tmp))
     results["machine"] = {"cpus": os.cpu_count(), "python": sys.version.split()[0]}
     if args.json:
         print(json.dumps(results, indent=1))
         return
-    for name in ("in_memory", "persisted"):
+    for name in VARIANTS:
         r = results[name]
         print(
             f"{name:10} runs={r['runs']}  overhead/turn median={r['median_ms']} ms  "

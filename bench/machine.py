@@ -1,0 +1,90 @@
+"""The machine a figure was measured on, and how busy it was while it was measured.
+
+The development machine is shared and noisy (other sessions, CPU steal), so every figure
+carries the load average and the share of CPU time stolen by the hypervisor over the
+section that measured it; a figure is only comparable with figures of the same invocation.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+PROC_STAT_STEAL = 8  # index of `steal` among the numbers of the `cpu` line of /proc/stat
+
+
+def describe() -> dict[str, Any]:
+    """Cores, CPU model, memory, kernel and Python version of this machine."""
+    return {
+        "nproc": len(os.sched_getaffinity(0)),
+        "cpu_model": _cpu_model(),
+        "mem_total_gib": round(_meminfo_kib("MemTotal") / 1024**2, 1),
+        "kernel": platform.release(),
+        "python": sys.version.split()[0],
+        "implementation": platform.python_implementation(),
+    }
+
+
+def one_line(machine: dict[str, Any]) -> str:
+    """`2 × AMD EPYC, 23.5 GiB, Linux 6.x, Python 3.11.7`."""
+    return (
+        f"{machine['nproc']} × {machine['cpu_model']}, {machine['mem_total_gib']} GiB, "
+        f"Linux {machine['kernel']}, Python {machine['python']}"
+    )
+
+
+def _cpu_model() -> str:
+    """The `model name` of the first CPU in /proc/cpuinfo."""
+    with open("/proc/cpuinfo", encoding="utf-8") as info:
+        for line in info:
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or "unknown"
+
+
+def _meminfo_kib(key: str) -> int:
+    """One field of /proc/meminfo, in KiB."""
+    with open("/proc/meminfo", encoding="utf-8") as info:
+        for line in info:
+            if line.startswith(f"{key}:"):
+                return int(line.split()[1])
+    return 0
+
+
+def loadavg() -> list[float]:
+    """The 1, 5 and 15 minute load averages from /proc/loadavg."""
+    with open("/proc/loadavg", encoding="ascii") as load:
+        return [float(x) for x in load.read().split()[:3]]
+
+
+def cpu_ticks() -> tuple[int, int]:
+    """(steal, total) jiffies of all CPUs since boot, from /proc/stat."""
+    with open("/proc/stat", encoding="ascii") as stat:
+        numbers = [int(x) for x in stat.readline().split()[1:]]
+    # guest and guest_nice are already counted in user and nice.
+    return numbers[PROC_STAT_STEAL], sum(numbers[: PROC_STAT_STEAL + 1])
+
+
+@dataclass
+class LoadWindow:
+    """Load average at the start and end of a stretch of work, and the CPU stolen in it."""
+
+    started: float = field(default_factory=time.monotonic)
+    loadavg_start: list[float] = field(default_factory=loadavg)
+    ticks_start: tuple[int, int] = field(default_factory=cpu_ticks)
+
+    def close(self) -> dict[str, Any]:
+        """The load of the window as JSON-ready data."""
+        steal, total = cpu_ticks()
+        elapsed = total - self.ticks_start[1]
+        stolen = steal - self.ticks_start[0]
+        return {
+            "loadavg_start": self.loadavg_start,
+            "loadavg_end": loadavg(),
+            "steal_pct": round(100 * stolen / elapsed, 1) if elapsed else 0.0,
+            "wall_s": round(time.monotonic() - self.started, 1),
+        }

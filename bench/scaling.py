@@ -1,0 +1,295 @@
+"""Section c: what a ticket costs as runs grow: latency 0, embedded, pool 16.
+
+Three embedded runs on fresh workspaces, N = 100, 1,000 and 10,000 (--quick: 100, 300,
+2,000), each `ticketgraph run` watched by `bench.watch`: run wall per ticket (run.jsonl span
+/ N), bytes written per ticket (`ru_oublock` × 512 / N; the CLI reaps its forked workers and
+its Redis, so their writes roll up), the run folder's final size per ticket, and the peak
+RSS of every process of the run. The largest run is sized to the time budget: its duration
+is estimated from the 1,000 run (its span per ticket × N × 1.2, plus start and stop); if it
+would not fit, it runs at the largest N that does (labelled so), or not at all.
+
+Then, if time allows: ours (embedded broker) and the LangGraph peer at N = 1,000 against a
+provider process, for the provider's CPU per request at latency 0.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from bench.figures import Figure, Target, ratio_of, rounded
+from bench.runs import OurRun, PeerRun, run_langgraph, run_ticketgraph
+from bench.services import Provider, ProviderCost
+from bench.suite import Context, Options, Section
+from bench.watch import BLOCK_BYTES
+from bench.workload import build
+
+POOL = 16
+LATENCY_MS = 0
+QUICK_SIZES = (100, 300, 2000)
+# The big run's estimate: the base run's span per ticket × N × MARGIN, plus its start and
+# stop, plus FIXED_S for building the workspace. Measured: 10,000 tickets took 0.84–1.04× the
+# base run's per-ticket time, so 1.2 leaves room for the target's own bound.
+MARGIN = 1.2
+FIXED_S = 8.0
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """The three N of the section."""
+
+    small: int
+    base: int
+    big: int
+
+
+def sizes(options: Options) -> Sizes:
+    """100, --n, --big-n; or the --quick sizes."""
+    if options.quick:
+        return Sizes(*QUICK_SIZES)
+    return Sizes(options.small_n, options.n, options.big_n)
+
+
+def run(ctx: Context, section: Section) -> None:
+    """The three runs, then the provider runs if time allows."""
+    want = sizes(ctx.options)
+    section.title = (
+        f"latency 0, embedded, pool 16: N = {want.small:,} / {want.base:,} / {want.big:,}"
+    )
+    small, base = _run(ctx, want.small), _run(ctx, want.base)
+    big_n, plan = _fit(ctx, base, want.big)
+    big = _run(ctx, big_n) if big_n else None
+    section.raw = {"latency_ms": LATENCY_MS, "pool": POOL, "plan": plan}
+    section.raw["runs"] = {str(r.tickets): r.to_json() for r in (small, base, big) if r}
+    section.add(
+        *_wall_figures(base, big, plan), *_disk_figures(small, big, want.big), *_rss_figures(big)
+    )
+    # Ours and LangGraph at N = base again: about twice the base run (LangGraph is faster).
+    if not ctx.options.quick and ctx.remaining_s() > 2 * (base.process.wall_s + FIXED_S):
+        section.add(*_provider_runs(ctx, want.base, section.raw))
+
+
+def _run(ctx: Context, n: int) -> OurRun:
+    """One embedded run at latency 0 on a fresh workspace of N tickets."""
+    workload = build(ctx.folder(f"c-{n}"), n, LATENCY_MS, POOL)
+    run = run_ticketgraph(workload.root, workload.root / "logs", ctx.timeout_s())
+    run.check(workload.calls, workload.tokens, n)
+    run.tickets = run.tickets or n
+    return run
+
+
+def _fit(ctx: Context, base: OurRun, want: int) -> tuple[int, dict[str, Any]]:
+    """The N of the big run that fits in what is left of the budget, and why."""
+    span = base.span_s or base.process.wall_s
+    per_ticket_s = span / max(base.tickets, 1) * MARGIN
+    left = ctx.remaining_s()
+    fixed_s = FIXED_S + base.process.wall_s - span  # workspace build, start and stop
+    estimate = fixed_s + per_ticket_s * want
+    plan: dict[str, Any] = {
+        "wanted_n": want,
+        "estimate_s": round(estimate, 1),
+        "left_s": round(left, 1),
+    }
+    if not base.ok:
+        return 0, plan | {"n": 0, "note": f"not run: the N = {base.tickets:,} run went wrong"}
+    if estimate <= left:
+        return want, plan | {"n": want}
+    step = 10 ** max(2, int(math.log10(want)) - 1)
+    fits = int((left - fixed_s) / per_ticket_s) // step * step
+    n = fits if fits >= 2 * base.tickets else 0
+    why = f"N = {want:,} would take ~{estimate:.0f} s, {left:.0f} s left"
+    return n, plan | {"n": n, "note": why + (f": ran N = {n:,}" if n else ": not run")}
+
+
+def _ms_per_ticket(run: OurRun | None) -> float | None:
+    """Run wall per ticket in ms (None for a run that went wrong)."""
+    if run is None or not run.ok or run.span_s is None:
+        return None
+    return 1000 * run.span_s / run.tickets
+
+
+def _wall_figures(base: OurRun, big: OurRun | None, plan: dict[str, Any]) -> list[Figure]:
+    """Run wall per ticket at the base and big N, and their ratio."""
+    big_n = big.tickets if big else plan["wanted_n"]
+    note = plan.get("note", "")
+    at_base, at_big = _ms_per_ticket(base), _ms_per_ticket(big)
+    return [
+        Figure(
+            "ms_per_ticket.base",
+            f"run wall per ticket, N = {base.tickets:,}",
+            rounded(at_base),
+            "ms",
+            Target("<=", 3.0, "≤ 3 ms/ticket at 1,000"),
+            note=base.problem,
+            valid=base.ok,
+            extra={"n": base.tickets},
+        ),
+        Figure(
+            "ms_per_ticket.big",
+            f"run wall per ticket, N = {big_n:,}",
+            rounded(at_big),
+            "ms",
+            note=(big.problem if big else "") or note,
+            extra={"n": big_n},
+        ),
+        Figure(
+            "ms_per_ticket.ratio",
+            f"per-ticket wall, N = {big_n:,} / {base.tickets:,}",
+            rounded(ratio_of(at_big, at_base)),
+            "×",
+            Target("<=", 1.2, "ratio ≤ 1.2"),
+            valid=base.ok and bool(big and big.ok),
+            note=note,
+        ),
+    ]
+
+
+def _written(run: OurRun | None) -> float | None:
+    """Bytes written per ticket, from the RUSAGE_CHILDREN delta around the run."""
+    if run is None or not run.ok:
+        return None
+    return run.process.children_oublock * BLOCK_BYTES / run.tickets
+
+
+def _on_disk(run: OurRun | None) -> float | None:
+    """Final bytes of the run folder per ticket."""
+    return None if run is None or not run.ok else run.folder_bytes / run.tickets
+
+
+def _disk_figures(small: OurRun, big: OurRun | None, wanted: int) -> list[Figure]:
+    """Bytes per ticket, written and left on disk, at the small and big N; their ratios."""
+    flat = Target("<=", 1.2, "flat from 100 to 10,000 (ratio ≤ 1.2)")
+    big_n = big.tickets if big else wanted
+    problem = small.problem or (big.problem if big else "big run not measured")
+    figures = []
+    for key, what, measure in (
+        ("written", "written", _written),
+        ("folder", "run folder", _on_disk),
+    ):
+        figures += [
+            Figure(
+                f"{key}_per_ticket.small",
+                f"bytes {what} per ticket, N = {small.tickets:,}",
+                rounded(measure(small), 0),
+                "B",
+                extra={"n": small.tickets},
+            ),
+            Figure(
+                f"{key}_per_ticket.big",
+                f"bytes {what} per ticket, N = {big_n:,}",
+                rounded(measure(big), 0),
+                "B",
+                extra={"n": big_n},
+            ),
+            Figure(
+                f"{key}_per_ticket.ratio",
+                f"bytes {what}/ticket, N = {big_n:,} / {small.tickets:,}",
+                rounded(ratio_of(measure(big), measure(small))),
+                "×",
+                flat,
+                valid=not problem,
+                note=problem,
+            ),
+        ]
+    return figures
+
+
+def _rss_figures(big: OurRun | None) -> list[Figure]:
+    """Peak RSS of every process of the big run, the largest against its target."""
+    if big is None or not big.ok:
+        return [
+            Figure(
+                "rss.largest",
+                "peak RSS, largest process",
+                None,
+                "MB",
+                Target("<", 250, "< 250 MB at 10,000"),
+                note=big.problem if big else "big run not measured",
+            )
+        ]
+    peaks = big.process.peaks
+    figures = [
+        Figure(
+            f"rss.process{i}",
+            f"peak RSS: {p.role}, pid {p.pid}",
+            round(p.vmhwm_kib / 1024, 1),
+            "MB",
+        )
+        for i, p in enumerate(peaks, start=1)
+    ]
+    return [
+        *figures,
+        Figure(
+            "rss.largest",
+            f"peak RSS, largest process, N = {big.tickets:,}",
+            rounded(big.process.largest_peak_mb, 1),
+            "MB",
+            Target("<", 250, "< 250 MB at 10,000"),
+            valid=big.ok,
+        ),
+        Figure(
+            "rss.ru_maxrss",
+            "ru_maxrss of the CLI and reaped children (wait4)",
+            round(big.process.maxrss_kib / 1024, 1),
+            "MB",
+        ),
+    ]
+
+
+def _provider_runs(ctx: Context, n: int, raw: dict[str, Any]) -> list[Figure]:
+    """Ours and LangGraph at latency 0 against one provider process: CPU per request."""
+    shape = build(ctx.folder("c-scenario"), n, LATENCY_MS, POOL)
+    with Provider(shape.root / "scenarios" / "demo.yaml", ctx.folder("c-provider") / "log") as llm:
+        ours_ws = build(ctx.folder("c-ours-external"), n, LATENCY_MS, POOL)
+        env = {"LLM_BASE_URL": llm.url}
+        with llm.metered() as ours_meter:
+            ours = run_ticketgraph(ours_ws.root, ours_ws.root / "logs", ctx.timeout_s(), env)
+        peer_ws = build(ctx.folder("c-langgraph"), n, LATENCY_MS, POOL)
+        with llm.metered() as peer_meter:
+            peer = run_langgraph(peer_ws.root, llm.url, POOL, ctx.timeout_s())
+    ours.check(shape.calls, shape.tokens, n)
+    peer.check(sum(shape.calls.values()), shape.tokens)
+    costs = ours_meter.cost, peer_meter.cost
+    raw["provider_runs"] = {
+        "ours": ours.to_json() | {"provider": costs[0].to_json()},
+        "langgraph": peer.to_json() | {"provider": costs[1].to_json()},
+    }
+    return _provider_figures(n, ours, peer, *costs)
+
+
+def _provider_figures(
+    n: int, ours: OurRun, peer: PeerRun, ours_cost: ProviderCost, peer_cost: ProviderCost
+) -> list[Figure]:
+    """Provider CPU per request for each, and the two run walls at latency 0."""
+    ours_ms = ours_cost.cpu_ms_per_request if ours.ok else None
+    peer_ms = peer_cost.cpu_ms_per_request if not peer.problem else None
+    ours_s = ours.span_s if ours.ok else None
+    peer_s = peer.wall_s if not peer.problem else None
+    at = f"N = {n:,}"
+    return [
+        Figure(
+            "provider_cpu.ours",
+            f"provider CPU per request, ours, {at}",
+            rounded(ours_ms),
+            "ms",
+            note=ours.problem,
+        ),
+        Figure(
+            "provider_cpu.langgraph",
+            f"provider CPU per request, LangGraph, {at}",
+            rounded(peer_ms),
+            "ms",
+            note=peer.problem,
+        ),
+        Figure(
+            "ours_external.run_s", "ours with the provider process: run wall", rounded(ours_s), "s"
+        ),
+        Figure("langgraph.run_s", "LangGraph: run wall (1st request→report)", rounded(peer_s), "s"),
+        Figure(
+            "ours_over_langgraph.run",
+            "ours / LangGraph, run wall (latency 0)",
+            rounded(ratio_of(ours_s, peer_s)),
+            "×",
+        ),
+    ]
