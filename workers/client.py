@@ -17,6 +17,7 @@ from workers.state import Message
 from workers.usage import Usage
 
 RETRYABLE = {429, 503}
+KEEPALIVE_S = 2.0
 MAX_RETRY_WAIT_S = 30.0
 
 
@@ -46,6 +47,10 @@ class ModelClient:
             headers=headers,
             timeout=timeout,
             verify=not plain_http,
+            # Drop an idle connection before the server does: many servers (uvicorn among
+            # them) close keep-alive connections after 5 s, httpx's own default, and a
+            # request sent on a connection the server is closing fails without an answer.
+            limits=httpx.Limits(keepalive_expiry=KEEPALIVE_S),
         )
 
     def close(self) -> None:

@@ -25,6 +25,7 @@ from workers.provider.scenario import Scenario, load_scenario
 
 STARTUP_TIMEOUT_S = 10.0
 GRACEFUL_SHUTDOWN_S = 1.0
+KEEP_ALIVE_S = 75
 SHUTDOWN_TIMEOUT_S = 10.0
 
 ScenarioSource = str | Path | Scenario
@@ -50,6 +51,9 @@ def _server(scenario: Scenario, host: str, port: int, log_level: str) -> uvicorn
         log_level=log_level,
         lifespan="off",
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
+        # Clients pause between phases (a 10,000-ticket merge takes seconds); keep their
+        # connections open across that, as hosted model APIs do.
+        timeout_keep_alive=KEEP_ALIVE_S,
     )
     return uvicorn.Server(config)
 
