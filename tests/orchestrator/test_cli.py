@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -97,7 +98,7 @@ def test_a_file_still_being_written_is_not_claimed(cli: Cli, demo: Path) -> None
         ticket.unlink()
     # A minute's settle time, so "just written" holds however slowly the command starts.
     config = demo / "ticketgraph.toml"
-    config.write_text(config.read_text() + "\n[inbox]\nsettle_s = 60\n")
+    config.write_text(re.sub(r"(?m)^settle_s = .*$", "settle_s = 60", config.read_text()))
     (demo / "inbox" / "T-7.txt").write_text("just written, maybe not finished")
     (demo / "inbox" / ".T-8.txt").write_text("a dotfile: still being written elsewhere")
     done = cli("run", cwd=demo)
