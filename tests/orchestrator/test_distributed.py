@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import copy
 import os
 import signal
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
+from bench.distributed import MARKER, big_variant
 from orchestrator.redis_server import RedisServer
 from orchestrator.workspace import CONFIG_FILE, init_demo
 from tests.orchestrator.conftest import (
@@ -28,27 +27,13 @@ from tests.orchestrator.conftest import (
 )
 from workers.provider import running_provider
 
-MARKER = "DRAFT-BODY-MARKER"
-BIG_DRAFT = "Ticket T-1001: " + (MARKER + " lorem ipsum dolor sit amet. ") * 2800  # ~100 KB
-
-
-def _big_variant(scripts: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The demo scripts for model `big`, where T-1001's draft is ~100 KB."""
-    big = copy.deepcopy(scripts)
-    for script in big:
-        script["name"] = f"big-{script['name']}"
-        script["when"] = {**script.get("when", {}), "model": "^big$"}
-    t1001 = next(s for s in big if s["name"] == "big-T-1001#1")
-    t1001["replies"][1]["text"] = BIG_DRAFT
-    return big
-
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     """A private Redis, the scripted provider and two worker processes."""
     tmp = tmp_path_factory.mktemp("cluster")
     scripts = demo_scripts()
-    scenario = write_scenarios(tmp / "scenarios.yaml", _big_variant(scripts) + scripts)
+    scenario = write_scenarios(tmp / "scenarios.yaml", big_variant(scripts) + scripts)
     with RedisServer(tcp=True) as redis, running_provider(scenario) as llm_url:
         env = {"TICKETGRAPH_BROKER_URL": redis.url, "LLM_BASE_URL": llm_url}
         with worker_processes(env, tmp, ["w1", "w2"]):
