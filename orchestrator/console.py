@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from orchestrator.records import RunPhase, RunRecord, TicketStatus
 from orchestrator.runstate import RunStore
 
+# Past this many tickets a progress line gives counts, not every id (the full list is in
+# run-state.json and the report): a 10,000-ticket run's route line was 200 KB.
+LIST_AT_MOST = 20
+
 
 def claimed(record: RunRecord) -> str:
     """The line printed when the inbox has been claimed."""
     ids = ", ".join(record.tickets) or "none"
+    if len(record.tickets) > LIST_AT_MOST:
+        ids = f"{next(iter(record.tickets))} … {next(reversed(record.tickets))}"
     line = f"inbox/ received {len(record.tickets)} tickets: {ids}"
     if record.rejected:
         line += f"; {len(record.rejected)} files quarantined (not tickets)"
@@ -22,8 +29,7 @@ def progress(record: RunRecord) -> list[str]:
     tickets = record.tickets.values()
     lines = []
     if record.done("route"):
-        routes = "  ".join(f"{i}={t.category}" for i, t in record.tickets.items())
-        lines.append(f"[route] {routes}")
+        lines.append(f"[route] {_routes(record)}")
     if record.done("fanout"):
         # A draft that failed leaves no file; a review that failed later still has one.
         failed = sum(t.stop == "worker_failed" and t.file is None for t in tickets)
@@ -36,6 +42,14 @@ def progress(record: RunRecord) -> list[str]:
     if record.done("review"):
         lines.append(f"[review] gate rewrites: {record.nodes['review'].rounds} rounds in total")
     return lines
+
+
+def _routes(record: RunRecord) -> str:
+    """Each ticket's category, or, for many tickets, how many went to each category."""
+    if len(record.tickets) <= LIST_AT_MOST:
+        return "  ".join(f"{i}={t.category}" for i, t in record.tickets.items())
+    counts = Counter(t.category for t in record.tickets.values())
+    return f"{len(record.tickets)} tickets: " + "  ".join(f"{c}={n}" for c, n in counts.items())
 
 
 class ProgressPrinter:

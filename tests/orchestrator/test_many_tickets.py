@@ -55,6 +55,9 @@ def test_thirty_parallel_tickets_keep_every_record_and_line(
         in_flight = httpx.get(url.replace("/v1", "/stats")).json()["max_in_flight"]
     assert done.returncode == 0, done.stderr + done.stdout
     assert 2 <= in_flight <= POOL
+    # Many tickets are counted on the console, not listed (the list is in run-state.json).
+    assert "[route] 30 tickets: billing=10  bug=10  other=10" in done.stdout
+    assert "inbox/ received 30 tickets: T-2000 … T-2029" in done.stdout
     record = state(demo)
     assert sorted(record["tickets"]) == ids
     assert {t["status"] for t in record["tickets"].values()} == {"pass"}
