@@ -8,6 +8,22 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
+
+def _read_umask() -> int:
+    """This process's umask, read without changing it (os.umask sets it, racing threads)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except OSError:
+        pass
+    current = os.umask(0o022)  # no /proc: read it by setting it back at once, at import
+    os.umask(current)
+    return current
+
+
+_UMASK = _read_umask()
+
 try:
     _LIBC: ctypes.CDLL | None = ctypes.CDLL(None, use_errno=True)
     _SYNCFS = _LIBC.syncfs
@@ -57,6 +73,7 @@ def _write_temp(target: Path, text: str, fsync: bool) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
+        os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp makes 0600; a written file honours the umask
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
             if fsync:

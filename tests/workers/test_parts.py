@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -48,3 +50,17 @@ def test_state_round_trips_atomically(tmp_path: Path) -> None:
     assert RunState.load(path) == state
     assert [p.name for p in tmp_path.iterdir()] == ["s.json"]
     assert [c.id for c in pending(RunState.load(path))] == ["c1"]
+
+
+def test_atomic_writes_honour_the_umask(tmp_path: Path) -> None:
+    """A file written atomically gets 0666 less the umask, as any tool's file does (not the
+    0600 of the temp file it starts as); checked in a child with umask 027."""
+    target = tmp_path / "out.txt"
+    code = (
+        "import os; os.umask(0o027); from workers import atomic; "
+        f"atomic.write_text({str(target)!r}, 'x'); "
+        f"atomic.write_many([(__import__('pathlib').Path({str(target)!r} + '2'), 'y')])"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+    assert target.stat().st_mode & 0o777 == 0o640
+    assert Path(str(target) + "2").stat().st_mode & 0o777 == 0o640
