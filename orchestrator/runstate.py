@@ -15,6 +15,7 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import secrets
 import tempfile
 from collections.abc import Iterator
@@ -245,8 +246,14 @@ def link_latest(workspace_root: Path, store: RunStore) -> None:
         os.replace(tmp, link)
 
 
+RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+
+
 def find(workspace_root: Path, run_id: str) -> RunStore:
-    """The store of `run_id` in this workspace; `RunStateError` if there is none."""
+    """The store of `run_id` in this workspace; `RunStateError` if there is none (a run id
+    that is not a plain name, e.g. `../elsewhere/x`, never becomes a path)."""
+    if not RUN_ID.match(run_id) or ".." in run_id:
+        raise RunStateError(f"{run_id!r} is not a run id (see runs/ for the ids)")
     store = RunStore(workspace_root / "runs" / run_id)
     if not store.meta_path.exists():
         raise RunStateError(f"no run {run_id!r} under {workspace_root / 'runs'}")

@@ -71,6 +71,17 @@ def test_stop_after_accepts_only_stop_points_that_exist(cli: Cli, demo: Path) ->
     assert "route" in done.stderr and "merge" in done.stderr
 
 
+@pytest.mark.parametrize("run_id", ["../../elsewhere/run-1", "..", "run-1/../..", "run 1"])
+def test_a_run_id_is_never_a_path(cli: Cli, demo: Path, tmp_path: Path, run_id: str) -> None:
+    elsewhere = tmp_path / "elsewhere" / "run-1"
+    elsewhere.mkdir(parents=True)
+    (elsewhere / "run.json").write_text("{}")
+    for command in ("resume", "requeue"):
+        done = cli(command, run_id, cwd=demo)
+        assert done.returncode == 3, done.stderr
+        assert "is not a run id" in done.stderr
+
+
 def test_resume_of_an_unknown_run(cli: Cli, demo: Path) -> None:
     done = cli("resume", "run-nope", cwd=demo)
     assert done.returncode == 3
