@@ -25,6 +25,7 @@ from bench.figures import Figure, Target
 from bench.services import Provider
 from bench.suite import Context, Section
 from workers import experiment, filetools, loop
+from workers.cancel import CancelToken
 from workers.client import ModelClient, ModelReply
 from workers.settings import HarnessSettings
 from workers.state import Message, RunStatus, new_run
@@ -41,10 +42,14 @@ class TimedClient(ModelClient):
     service_ms = 0.0
 
     def complete(
-        self, model: str, messages: list[Message], tools: list[dict[str, Any]]
+        self,
+        model: str,
+        messages: list[Message],
+        tools: list[dict[str, Any]],
+        cancel: CancelToken | None = None,
     ) -> ModelReply:
         """One completion, its X-Service-Ms added to `service_ms`."""
-        reply = super().complete(model, messages, tools)
+        reply = super().complete(model, messages, tools, cancel)
         self.service_ms += reply.service_ms or 0.0
         return reply
 

@@ -8,11 +8,14 @@ from pathlib import Path
 
 from orchestrator.records import RunConfig, StepUsage
 from workers import loop
+from workers.cancel import CancelToken
 from workers.client import ModelClient
 from workers.settings import HarnessSettings
 from workers.state import RunState, RunStatus, new_run
 from workers.tools import Catalog, Tool
 from workers.trace import Tracer
+
+TIME_LIMIT = "time_limit"  # the cancel reason of a task that reached its soft limit
 
 _clients: dict[str, ModelClient] = {}
 _clients_lock = threading.Lock()
@@ -27,6 +30,12 @@ class AgentResult:
     error: str | None
     usage: StepUsage
     retryable: bool = False
+    stopped_by: str | None = None  # why a cancelled run stopped (time_limit, ...)
+
+    @property
+    def stop(self) -> str:
+        """The ticket's stop reason when this run did not produce an answer."""
+        return "time_limit" if self.stopped_by == TIME_LIMIT else "worker_failed"
 
     @property
     def ok(self) -> bool:
@@ -42,8 +51,10 @@ def run_agent(
     llm: HarnessSettings,
     tracer: Tracer,
     state_path: Path,
+    cancel: CancelToken | None = None,
 ) -> AgentResult:
-    """Run (or resume from `state_path`) one agent; its state is saved after every step."""
+    """Run (or resume from `state_path`) one agent; its state is saved after every step.
+    Setting `cancel` stops it at once, even mid-request or in a tool."""
     state = (
         RunState.load(state_path) if state_path.exists() else new_run(system, task, config.model)
     )
@@ -54,8 +65,14 @@ def run_agent(
         limits=loop.Limits(max_turns=config.max_turns, budget_usd=config.budget_usd),
         tracer=tracer.bind(agent_run_id=state.run_id),
         state_path=state_path,
+        cancel=cancel or CancelToken(),
     )
     state = loop.run(state, harness)
+    stopped_by = (
+        state.interruption.reason
+        if state.status is RunStatus.INTERRUPTED and state.interruption is not None
+        else None
+    )
     return AgentResult(
         text=state.output,
         status=state.status,
@@ -65,7 +82,8 @@ def run_agent(
             tokens=state.usage.total_tokens,
             cost_usd=state.cost_usd,
         ),
-        retryable=state.retryable,
+        retryable=state.retryable or stopped_by == TIME_LIMIT,
+        stopped_by=stopped_by,
     )
 
 
@@ -86,4 +104,6 @@ def shared_client(llm: HarnessSettings) -> ModelClient:
 def _stop_reason(state: RunState) -> str | None:
     if state.status is RunStatus.COMPLETED:
         return None if state.output else "the agent completed with an empty answer"
+    if state.interruption is not None and state.interruption.reason:
+        return f"the agent stopped: {state.status.value} ({state.interruption.reason})"
     return f"the agent stopped: {state.status.value}"

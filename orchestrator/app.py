@@ -14,11 +14,19 @@ from workers.settings import HarnessSettings
 app = Celery("ticketgraph", include=["orchestrator.tasks"])
 
 LLM_CONF_KEY = "ticketgraph_llm"
+OUTAGE_CONF_KEY = "ticketgraph_broker_outage_s"
+HEARTBEAT_CONF_KEY = "ticketgraph_heartbeat_s"
 
 
 def configure(broker_url: str, settings: GraphSettings, llm: HarnessSettings) -> Celery:
     """Point the app at a broker and set the delivery guarantees every run relies on."""
-    transport = {"visibility_timeout": settings.visibility_timeout_s}
+    transport = {
+        # Unacknowledged messages whose holder stopped beating come back after this long;
+        # every worker looks for them each restore interval (no throttling on top).
+        "visibility_timeout": settings.visibility_timeout_s,
+        "unacked_restore_interval": settings.restore_interval_s,
+        "unacked_restore_throttle": 1,
+    }
     url, transport_class = connection_args(broker_url)
     conf: dict[str, Any] = {
         "broker_url": url,
@@ -38,11 +46,16 @@ def configure(broker_url: str, settings: GraphSettings, llm: HarnessSettings) ->
         # worker receives it; "sent" events would cost the sender one more publish per task.
         "worker_send_task_events": True,
         "task_send_sent_event": False,
-        # The hard limit stays below the visibility timeout (GraphSettings checks it).
+        # Enforced by the tasks themselves (limits.py): the threads pool ignores them.
         "task_soft_time_limit": settings.soft_time_limit_s,
         "task_time_limit": settings.time_limit_s,
         "broker_transport_options": transport,
         "broker_connection_retry_on_startup": True,
+        # A worker's consumer reconnects for as long as it takes; sends are retried by
+        # outage.py around kombu's own short retries.
+        "broker_connection_max_retries": None,
+        OUTAGE_CONF_KEY: settings.broker_outage_s,
+        HEARTBEAT_CONF_KEY: settings.heartbeat_s,
         "worker_hijack_root_logger": False,
         "worker_redirect_stdouts": False,
         LLM_CONF_KEY: llm.model_dump(mode="json"),

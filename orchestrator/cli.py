@@ -264,10 +264,18 @@ def _requeue(args: argparse.Namespace) -> int:
 def _execute(store: RunStore, settings: GraphSettings) -> int:
     """Run the canvas, printing node lines as they finish, then the report or the stop."""
     from orchestrator import console, runner
+    from orchestrator.errors import BrokerUnavailable
     from workers.settings import HarnessSettings
 
     printer = console.ProgressPrinter(store)
-    code = runner.execute(store, settings, HarnessSettings(), printer)
+    try:
+        code = runner.execute(store, settings, HarnessSettings(), printer)
+    except BrokerUnavailable as exc:
+        # Not a crash: the run is still `running`, and its workers finish it if they
+        # reach the broker. Cron should try again later (75), not page anyone.
+        print(f"ticketgraph: {exc}", file=sys.stderr)
+        print(console.outcome(store, store.materialise()), end="", file=sys.stderr)
+        return ExitCode.TEMPFAIL
     record = store.materialise()
     printer.show(record)
     text = console.outcome(store, record)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from orchestrator.records import RunPhase, RunRecord, TicketStatus
+from orchestrator.records import FAILED_STOPS, RunPhase, RunRecord, TicketStatus
 from orchestrator.runstate import RunStore
 
 # Past this many tickets a progress line gives counts, not every id (the full list is in
@@ -32,7 +32,7 @@ def progress(record: RunRecord) -> list[str]:
         lines.append(f"[route] {_routes(record)}")
     if record.done("fanout"):
         # A draft that failed leaves no file; a review that failed later still has one.
-        failed = sum(t.stop == "worker_failed" and t.file is None for t in tickets)
+        failed = sum(t.stop in FAILED_STOPS and t.file is None for t in tickets)
         extra = f", {failed} failed" if failed else ""
         drafted = len(record.tickets) - failed
         lines.append(f"[fanout] pool size {record.config.pool_size}, {drafted} drafts{extra}")

@@ -46,6 +46,7 @@ return batch
 _ADVANCE = """
 local prior = redis.call('HGET', KEYS[4], ARGV[1])
 if prior then return prior end
+if redis.call('EXISTS', KEYS[3]) == 0 then return 'L' end
 local nxt = redis.call('LPOP', KEYS[1]) or ''
 redis.call('SADD', KEYS[2], ARGV[1])
 local fire = '0'
@@ -89,6 +90,7 @@ class Handoff:
 
     next_ticket: str | None
     barrier: bool
+    lost: bool = False  # the phase's keys are gone (a broker restarted without its data)
 
 
 def _script(r: redis.Redis, source: str) -> Any:
@@ -115,6 +117,8 @@ def advance(r: redis.Redis, phase: Phase, ticket_id: str) -> Handoff:
         args=[ticket_id, keys.RUN_TTL_S],
     )
     text = raw.decode()
+    if text == "L":
+        return Handoff(next_ticket=None, barrier=False, lost=True)
     return Handoff(next_ticket=text[1:] or None, barrier=text[0] == "1")
 
 
@@ -128,6 +132,16 @@ def hold(r: redis.Redis, phase: Phase, ticket_id: str, delivery: str, ttl_s: int
     key = keys.owner(phase.run_id, phase.attempt, phase.name, ticket_id)
     holder = _script(r, _HOLD)(keys=[key], args=[delivery, ttl_s])
     return bool(holder == delivery.encode())
+
+
+def mark_submitted(r: redis.Redis, run_id: str, attempt: str) -> None:
+    """Note that this submission of the run is live on this broker."""
+    r.set(keys.submitted(run_id, attempt), "1", ex=keys.RUN_TTL_S)
+
+
+def still_submitted(r: redis.Redis, run_id: str, attempt: str) -> bool:
+    """False if the broker lost the submission (restarted without persistence)."""
+    return bool(r.exists(keys.submitted(run_id, attempt)))
 
 
 def publish(r: redis.Redis, run_id: str, event: str, **data: Any) -> None:

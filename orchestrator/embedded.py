@@ -24,6 +24,9 @@ from orchestrator.workspace import Workspace
 from workers.settings import HarnessSettings
 
 LOOPBACK = "127.0.0.1"
+# The embedded Redis is a child of this process: if it stops answering for this long, it
+# died, and the run with it; nobody waits minutes for it.
+OUTAGE_S = 5.0
 
 
 def layout(pool_size: int, processes: int | None = None) -> tuple[int, int]:
@@ -47,6 +50,7 @@ def cluster(
     live = llm.model_copy(update={"base_url": f"http://{LOOPBACK}:{port}/v1"}) if scripted else llm
     redis_server = RedisServer()
     try:
+        settings = settings.model_copy(update={"broker_outage_s": OUTAGE_S})
         app = configure(redis_server.start(), settings, live)
         processes, threads = layout(pool_size, settings.processes)
         workers = fleet.spawn(app, f"embedded-{os.getpid()}", processes, threads)

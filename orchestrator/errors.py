@@ -4,6 +4,8 @@ GraphError
 ├── InboxError        a ticket file cannot be read or is malformed
 ├── RunStateError     a run folder or its run-state.json is missing or corrupt
 ├── BrokerError       the broker cannot be reached, or the embedded one started
+│   ├── BrokerUnavailable  the broker stayed away longer than the outage window (exit 75)
+│   └── BrokerLostRun      the broker came back without the run's queued work (exit 2)
 ├── RouteFailed       the router's model run did not answer
 ├── RunTimeout        the verdict did not arrive in time
 ├── RunBusy           another process holds the run's lease (exit 75: try again later)
@@ -27,6 +29,14 @@ class RunStateError(GraphError):
 
 class BrokerError(GraphError):
     """The broker failed, or the embedded one could not start."""
+
+
+class BrokerUnavailable(BrokerError):
+    """The broker stayed unreachable for the whole outage window."""
+
+
+class BrokerLostRun(BrokerError):
+    """The broker restarted without persistence: the run's messages and keys are gone."""
 
 
 class RouteFailed(GraphError):

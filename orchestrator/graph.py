@@ -12,6 +12,7 @@ first step its records show unfinished.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import redis
@@ -32,12 +33,15 @@ class FanOut:
     then: str
 
 
+log = logging.getLogger(__name__)
+
 DRAFT = FanOut("draft", "orchestrator.draft", TicketStatus.ROUTED, "orchestrator.merge")
 REVIEW = FanOut("review", "orchestrator.review", TicketStatus.DRAFTED, "orchestrator.report")
 
 
 def submit(r: redis.Redis, store: RunStore, record: RunRecord, attempt: str) -> None:
     """Send the first unfinished step of the run."""
+    dispatch.mark_submitted(r, store.run_id, attempt)
     run_dir = str(store.dir)
     if not record.done("route"):
         _send("orchestrator.route", run_dir, attempt)
@@ -64,6 +68,16 @@ def fan_out(
 def hand_on(r: redis.Redis, step: FanOut, store: RunStore, attempt: str, ticket_id: str) -> None:
     """A ticket is done: send the next one into its slot, and the barrier after the last."""
     handoff = dispatch.advance(r, dispatch.Phase(store.run_id, attempt, step.phase), ticket_id)
+    if handoff.lost:
+        log.warning(
+            "run %s: the broker lost the %s phase (restarted without its data); %s is recorded, "
+            "and `ticketgraph resume %s` finishes the run",
+            store.run_id,
+            step.phase,
+            ticket_id,
+            store.run_id,
+        )
+        return
     if handoff.next_ticket is not None:
         _send(step.task, str(store.dir), attempt, handoff.next_ticket)
     if handoff.barrier:

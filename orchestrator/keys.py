@@ -4,6 +4,7 @@ Everything here is derived and short-lived: the durable copy of a run is its fol
 shared volume, and `resume` rebuilds these keys from it, so each key carries a TTL.
 
     tg:run:<run_id>:events                      list: node and run events for the waiting CLI
+    tg:run:<run_id>:<attempt>:submitted         flag: gone if the broker lost its data
     tg:run:<run_id>:<attempt>:<phase>:todo      list: ticket ids not yet handed to a task
     tg:run:<run_id>:<attempt>:<phase>:done      set: tickets whose task has finished
     tg:run:<run_id>:<attempt>:<phase>:total     int: tickets in the phase
@@ -33,6 +34,11 @@ _lock = threading.Lock()
 def events(run_id: str) -> str:
     """The run's event list, read by the CLI that waits for the verdict."""
     return f"{PREFIX}:{run_id}:events"
+
+
+def submitted(run_id: str, attempt: str) -> str:
+    """Set when a submission starts: if it vanishes, the broker lost the run's messages."""
+    return f"{PREFIX}:{run_id}:{attempt}:submitted"
 
 
 def phase(run_id: str, attempt: str, name: str, part: str) -> str:

@@ -11,10 +11,10 @@ from __future__ import annotations
 import functools
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from orchestrator import gate, inbox, prompts, report
+from orchestrator import gate, ids, inbox, prompts, report
 from orchestrator.agents import AgentResult, run_agent
 from orchestrator.errors import RouteFailed
 from orchestrator.exit_codes import ExitCode
@@ -26,9 +26,10 @@ from orchestrator.records import (
     TicketRecord,
     TicketStatus,
 )
-from orchestrator.runstate import RunStore
+from orchestrator.runstate import ROUTER, RunStore
 from orchestrator.toolbox import tools_for
 from workers import atomic
+from workers.cancel import CancelToken
 from workers.settings import HarnessSettings
 from workers.trace import Tracer
 
@@ -38,10 +39,12 @@ OTHER = "other"
 
 @dataclass
 class Context:
-    """What a node needs: the run's files and this worker's model endpoint."""
+    """What a node needs: the run's files, this worker's model endpoint, and the token that
+    stops its agents (the task's soft time limit sets it)."""
 
     store: RunStore
     llm: HarnessSettings
+    cancel: CancelToken = field(default_factory=CancelToken)
 
     @functools.cached_property
     def meta(self) -> RunMeta:
@@ -75,7 +78,8 @@ def route(ctx: Context) -> list[str]:
         config,
         ctx.llm,
         trace,
-        ctx.store.agent_path("_router", "route"),
+        ctx.store.agent_path(ROUTER, "route"),
+        ctx.cancel,
     )
     if not result.ok:
         again = (
@@ -133,7 +137,9 @@ def draft(ctx: Context, ticket_id: str) -> str:
     result = _worker(ctx, ticket_id, category, "draft", task, trace)
     if not result.ok:
         error = result.error or "no draft"
-        return fail_ticket(ctx, ticket_id, "fanout", error, handler, result.usage, result.retryable)
+        return fail_ticket(
+            ctx, ticket_id, "fanout", error, handler, result.usage, result.retryable, result.stop
+        )
     trace.emit("worker_done", round=1, calls=result.usage.calls, tokens=result.usage.tokens)
     return _drafted(ctx, ticket_id, result.text or "", handler, result.usage)
 
@@ -153,11 +159,12 @@ def _worker(
     return run_agent(
         prompts.WORKERS[category],
         task,
-        tools_for(category, Path(ctx.meta.workspace)),
+        tools_for(category, Path(ctx.meta.workspace), ctx.meta.config.reads),
         ctx.meta.config,
         ctx.llm,
         trace,
         ctx.store.agent_path(ticket_id, step),
+        ctx.cancel,
     )
 
 
@@ -169,17 +176,19 @@ def fail_ticket(
     handler: str | None = None,
     usage: StepUsage | None = None,
     retryable: bool = True,
+    stop: str = "worker_failed",
 ) -> str:
     """Record a ticket's worker failure as its verdict; the rest of the batch goes on.
-    `retryable`: `resume` tries it again (a provider outage, a crash of ours)."""
+    `retryable`: `resume` tries it again (a provider outage, a crash of ours, a time limit);
+    `stop`: worker_failed, or time_limit when the task ran out of time."""
     step = "draft" if node == "fanout" else "review"
     ticket = ctx.store.ticket(ticket_id)
     ticket.handler = handler or ticket.handler
-    ticket.error, ticket.stop, ticket.status = error, "worker_failed", TicketStatus.NEEDS_HUMAN
+    ticket.error, ticket.stop, ticket.status = error, stop, TicketStatus.NEEDS_HUMAN
     ticket.retryable = retryable
     setattr(ticket, step, getattr(ticket, step) + (usage or StepUsage()))
     ctx.store.save_ticket(ticket_id, ticket)
-    ctx.tracer(node, ticket=ticket_id).emit("worker_failed", error=error)
+    ctx.tracer(node, ticket=ticket_id).emit(stop, error=error)
     return ticket.status.value
 
 
@@ -205,7 +214,7 @@ def _publish(ctx: Context, tickets: dict[str, TicketRecord]) -> None:
     _close_fanout(ctx, "fanout", [t.draft for t in tickets.values()])
     trace = ctx.tracer("merge")
     _open(ctx, "merge", trace)
-    out = Path(ctx.meta.workspace) / "out"
+    workspace = Path(ctx.meta.workspace)
     writes: list[tuple[Path, str]] = []
     summaries: dict[str, str] = {}
     for ticket_id, ticket in tickets.items():
@@ -214,7 +223,7 @@ def _publish(ctx: Context, tickets: dict[str, TicketRecord]) -> None:
             continue
         text = draft_file.read_text(encoding="utf-8")
         summaries[ticket_id] = report.one_line(text)
-        writes.append((out / f"{ticket_id}.txt", text))
+        writes.append((ids.out_file(workspace, ticket_id), text))
         trace.emit(
             "collected", ticket=ticket_id, file=f"out/{ticket_id}.txt", chars=len(text.strip())
         )
@@ -264,7 +273,7 @@ class ReviewLoop:
     def __init__(self, ctx: Context, ticket_id: str, ticket: TicketRecord, trace: Tracer) -> None:
         self.ctx, self.ticket_id, self.ticket, self.trace = ctx, ticket_id, ticket, trace
         self.config = ctx.meta.config
-        self.path = Path(ctx.meta.workspace) / "out" / f"{ticket_id}.txt"
+        self.path = ids.out_file(Path(ctx.meta.workspace), ticket_id)
         self.text = self.path.read_text(encoding="utf-8").strip()
         self.rounds, self.usage = 0, StepUsage()
         self.reports: list[str] = []
@@ -288,7 +297,7 @@ class ReviewLoop:
                 return Outcome("no_rewriter")
             last_report, self.rounds = verdict.report, self.rounds + 1
             if (failed := self.rewrite(verdict.report)) is not None:
-                return Outcome("worker_failed", failed.error or "no rewrite", failed.retryable)
+                return Outcome(failed.stop, failed.error or "no rewrite", failed.retryable)
             verdict = self.check()
         return Outcome("gate_pass")
 

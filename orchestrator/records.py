@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 from enum import StrEnum
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 
 class TicketStatus(StrEnum):
@@ -76,6 +76,10 @@ class StepUsage(BaseModel):
         )
 
 
+# Stop reasons of a ticket whose worker gave no answer (as opposed to a gate verdict).
+FAILED_STOPS = frozenset({"worker_failed", "time_limit"})
+
+
 class TicketRecord(BaseModel):
     """One ticket's record: the seed's fields plus where it came from and what it cost."""
 
@@ -108,6 +112,10 @@ class RunConfig(BaseModel):
     budget_usd: float | None
     stop_after: str | None = None
     route_chars: int = 2000
+    # category -> the folders/files its tools may read ([tools.reads]).
+    reads: dict[str, list[str]] = Field(
+        default_factory=lambda: {"bug": ["kb"], "billing": ["data/orders.json"]}
+    )
 
 
 class RejectedFile(BaseModel):

@@ -43,10 +43,12 @@ except (OSError, AttributeError):
 class RedisServer:
     """One redis-server child process; `start` returns a Celery broker URL."""
 
-    def __init__(self, tcp: bool = False) -> None:
+    def __init__(self, tcp: bool = False, appendonly: bool = False) -> None:
         # TCP on a free loopback port lets other processes connect by URL; the default unix
         # socket cannot collide with anything.
         self.port = free_port() if tcp else None
+        # Persistence is for tests of a broker restart; an embedded run keeps nothing.
+        self.appendonly = appendonly
         # Unix socket paths are limited to ~100 bytes, so the folder is short and in /tmp.
         self.dir = Path(tempfile.mkdtemp(prefix="tg-redis-"))
         self.socket = self.dir / "redis.sock"
@@ -76,7 +78,7 @@ class RedisServer:
             "--save",
             "",
             "--appendonly",
-            "no",
+            "yes" if self.appendonly else "no",
             "--dir",
             str(self.dir),
             "--logfile",
@@ -118,10 +120,14 @@ class RedisServer:
         finally:
             client.close()
 
-    def stop(self, kill: bool = False) -> None:
-        """SIGTERM the server by PID (SIGKILL if it lingers, or at once if `kill`: it keeps
-        nothing on disk, so an embedded run need not wait for its shutdown) and remove its
-        folder."""
+    def restart(self, down_s: float = 0.0) -> None:
+        """Stop the server (SIGTERM: with appendonly it writes its log out first), stay down
+        `down_s` seconds, and start it again on the same port and folder."""
+        self._terminate(kill=False)
+        time.sleep(down_s)
+        self.start()
+
+    def _terminate(self, kill: bool) -> None:
         if self.process is not None and self.process.poll() is None:
             self.process.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
             try:
@@ -129,6 +135,12 @@ class RedisServer:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait(STOP_TIMEOUT_S)
+
+    def stop(self, kill: bool = False) -> None:
+        """SIGTERM the server by PID (SIGKILL if it lingers, or at once if `kill`: it keeps
+        nothing on disk, so an embedded run need not wait for its shutdown) and remove its
+        folder."""
+        self._terminate(kill)
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def __enter__(self) -> RedisServer:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from orchestrator.records import RunRecord, TicketStatus
+from orchestrator.records import FAILED_STOPS, RunRecord, TicketStatus
 
 NODE_ORDER = ("route", "fanout", "merge", "review")
 ONE_LINE_CHARS = 22
@@ -61,7 +61,7 @@ def render(record: RunRecord) -> str:
     lines = [*node_table(record), "", *ticket_table(record), ""]
     lines.append(f"out/: {published} replies; need a human: {len(needs_human)} ticket{plural}")
     for ticket_id, t in needs_human:
-        detail = t.one_line if t.stop != "worker_failed" else f"error: {t.error}"
+        detail = t.one_line if t.stop not in FAILED_STOPS else f"error: {t.error}"
         lines.append(f"  - {ticket_id} ({t.stop or t.status.value}): {detail}")
     if record.rejected:
         lines.append(f"quarantine/: {len(record.rejected)} files that are not tickets")

@@ -13,11 +13,23 @@ from typing import Any, Literal
 
 from celery import Celery
 
-from orchestrator import claims, dispatch, embedded, graph, inbox, keys, lease, nodes, report
+from orchestrator import (
+    claims,
+    dispatch,
+    embedded,
+    graph,
+    inbox,
+    keys,
+    lease,
+    nodes,
+    outage,
+    report,
+)
 from orchestrator.app import configure
-from orchestrator.errors import RunTimeout
+from orchestrator.errors import BrokerLostRun, BrokerUnavailable, RunTimeout
 from orchestrator.exit_codes import ExitCode
 from orchestrator.records import (
+    FAILED_STOPS,
     RejectedFile,
     RunConfig,
     RunMeta,
@@ -25,7 +37,7 @@ from orchestrator.records import (
     TicketRecord,
     TicketStatus,
 )
-from orchestrator.runstate import RunStore, link_latest, new_run_id
+from orchestrator.runstate import ROUTER, RunStore, link_latest, new_run_id
 from orchestrator.settings import GraphSettings
 from orchestrator.workspace import Workspace, WorkspaceConfig
 from workers import atomic
@@ -108,6 +120,7 @@ def _meta(
         budget_usd=config.harness.budget_usd,
         stop_after=settings.stop_after,
         route_chars=config.inbox.route_chars,
+        reads=config.tools.reads,
     )
     return RunMeta(
         run_id=store.run_id,
@@ -136,10 +149,10 @@ def reopen(store: RunStore, retry: RetryPolicy = "retryable") -> list[str]:
 
 def _retry_failed(store: RunStore, force: bool) -> list[str]:
     """Put failed tickets (and a failed router) back where they failed; their ids."""
-    _retry_agents(store, "_router", force)
+    _retry_agents(store, ROUTER, force)
     again: dict[str, TicketStatus] = {}
     for ticket_id, ticket in store.tickets().items():
-        if ticket.stop != "worker_failed" or not (ticket.retryable or force):
+        if ticket.stop not in FAILED_STOPS or not (ticket.retryable or force):
             continue
         _retry_agents(store, ticket_id, force)
         drafted = store.draft_path(ticket_id).exists()
@@ -195,15 +208,22 @@ def _execute_held(
     meta = store.meta()
     if meta.status is RunPhase.DONE and meta.exit_code is not None:
         return meta.exit_code
+    distributed = bool(settings.broker_url)
     try:
         if not store.ticket_ids():
             _finish_empty(store)
         else:
             workspace = Workspace(Path(meta.workspace))
             with _celery(workspace, settings, llm, meta.config.pool_size) as app:
-                _submit_and_wait(app, store, settings.run_timeout_s, on_event, held)
+                _submit_and_wait(app, store, settings, on_event, held)
     except KeyboardInterrupt:
-        return _interrupted(store, embedded_run=not settings.broker_url)
+        return _interrupted(store, embedded_run=not distributed)
+    except BrokerLostRun as exc:
+        return _lost(store, exc)
+    except BrokerUnavailable as exc:
+        if distributed:
+            raise  # the run goes on if its workers reach the broker: not a crash
+        return nodes.record_crash(store, exc)  # an embedded run's own Redis died with it
     except Exception as exc:
         return nodes.record_crash(store, exc)
     code = store.meta().exit_code
@@ -220,10 +240,19 @@ def _interrupted(store: RunStore, embedded_run: bool) -> int:
     return ExitCode.STOPPED
 
 
+def _lost(store: RunStore, exc: BrokerLostRun) -> int:
+    """The broker lost the run's queued work: stop it (resumable), exit 2."""
+    with store.update_meta() as meta:
+        meta.end(RunPhase.STOPPED, ExitCode.STOPPED, str(exc))
+    store.tracer(node="run").emit("run_interrupted", reason=str(exc))
+    store.materialise()
+    return ExitCode.STOPPED
+
+
 def _submit_and_wait(
     app: Celery,
     store: RunStore,
-    timeout: float,
+    settings: GraphSettings,
     on_event: Callable[[Event], None],
     held: lease.Lease,
 ) -> None:
@@ -232,14 +261,27 @@ def _submit_and_wait(
     Events are a blocking read on a Redis list, so the wait costs nothing while nothing
     happens; run.json (a small file) is checked when no event comes for a while, so a run
     that ended without a word (its event lost) still ends the wait.
+
+    A broker outage is ridden out for `broker_outage_s` (BrokerUnavailable after that); a
+    broker that comes back without the submission's marker lost the run (BrokerLostRun).
     """
     r = keys.client(app.conf.broker_url)
-    r.delete(keys.events(store.run_id))  # left over from an earlier submission of this run
-    graph.submit(r, store, store.read(), attempt=secrets.token_hex(3))
-    deadline = time.monotonic() + timeout
+    window = _outage_window(settings)
+    attempt = secrets.token_hex(3)
+
+    def submit() -> None:
+        r.delete(keys.events(store.run_id))  # left over from an earlier submission
+        graph.submit(r, store, store.read(), attempt=attempt)
+
+    _through_outage(submit, window, "submitting the run", settings)
+    deadline = time.monotonic() + settings.run_timeout_s
     while True:
         held.renew()
-        event = dispatch.next_event(r, store.run_id, CHECK_EVERY_S)
+        try:
+            event = dispatch.next_event(r, store.run_id, CHECK_EVERY_S)
+        except outage.BROKER_ERRORS:
+            _after_outage(r, store, attempt, window, settings)
+            continue
         if event is not None:
             on_event(event)
             if event["event"] == "run_end":
@@ -247,7 +289,40 @@ def _submit_and_wait(
         elif store.meta().status is not RunPhase.RUNNING:
             return
         if time.monotonic() > deadline:
-            raise RunTimeout(f"no verdict after {timeout:.0f} s; the run goes on in the workers")
+            raise RunTimeout(
+                f"no verdict after {settings.run_timeout_s:.0f} s; the run goes on in the workers"
+            )
+
+
+def _outage_window(settings: GraphSettings) -> float:
+    """How long to wait for the broker: an embedded Redis that went away is not coming back."""
+    return settings.broker_outage_s if settings.broker_url else embedded.OUTAGE_S
+
+
+def _through_outage(
+    fn: Callable[[], Any], window: float, what: str, settings: GraphSettings
+) -> Any:
+    try:
+        return outage.call(fn, window, what)
+    except outage.BROKER_ERRORS as exc:
+        where = settings.broker_url or "the embedded Redis"
+        raise BrokerUnavailable(
+            f"the broker at {where} was unreachable for {window:.0f} s while {what} ({exc})"
+        ) from exc
+
+
+def _after_outage(
+    r: Any, store: RunStore, attempt: str, window: float, settings: GraphSettings
+) -> None:
+    """Wait for the broker to answer again; then make sure it still has the run."""
+    alive = _through_outage(
+        lambda: dispatch.still_submitted(r, store.run_id, attempt),
+        window,
+        "waiting for the run's events",
+        settings,
+    )
+    if not alive:
+        raise BrokerLostRun("the broker restarted without its data and lost this run's queued work")
 
 
 @contextlib.contextmanager

@@ -15,7 +15,6 @@ import contextlib
 import fcntl
 import json
 import os
-import re
 import secrets
 import tempfile
 from collections.abc import Iterator
@@ -25,6 +24,7 @@ from typing import TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from orchestrator import ids
 from orchestrator.errors import RunStateError
 from orchestrator.records import NodeRecord, RunMeta, RunRecord, TicketRecord
 from workers import atomic
@@ -34,6 +34,8 @@ STATE_FILE = "run-state.json"
 META_FILE = "run.json"
 TRACE_FILE = "run.jsonl"
 REPORT_FILE = "report.txt"
+
+ROUTER = "_router"  # the router's agent files: no ticket id starts with "_"
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -49,6 +51,7 @@ class RunStore:
     def __init__(self, run_dir: Path) -> None:
         # Workers on other machines get this path as is; tasks already carry it absolute.
         self.dir = run_dir if run_dir.is_absolute() else run_dir.resolve()
+        ids.run(self.dir.name)  # a path from a message or a state file: a plain run folder
 
     @property
     def run_id(self) -> str:
@@ -77,11 +80,12 @@ class RunStore:
 
     def draft_path(self, ticket_id: str) -> Path:
         """Where the drafting task leaves a draft for merge to publish."""
-        return self.dir / "drafts" / f"{ticket_id}.txt"
+        return self.dir / "drafts" / f"{ids.ticket(ticket_id)}.txt"
 
     def agent_path(self, ticket_id: str, step: str) -> Path:
         """Harness state of one agent run (resumable without paying twice)."""
-        return self.dir / "agents" / f"{ticket_id}.{step}.json"
+        owner = ticket_id if ticket_id == ROUTER else ids.ticket(ticket_id)
+        return self.dir / "agents" / f"{owner}.{ids.ticket(step)}.json"
 
     @property
     def claimed_dir(self) -> Path:
@@ -90,11 +94,11 @@ class RunStore:
 
     def ticket_path(self, ticket_id: str) -> Path:
         """The ticket's text as claimed into the run (later nodes read it from here)."""
-        return self.dir / "tickets" / f"{ticket_id}.txt"
+        return self.dir / "tickets" / f"{ids.ticket(ticket_id)}.txt"
 
     def record_path(self, ticket_id: str) -> Path:
         """The ticket's record."""
-        return self.dir / "records" / f"{ticket_id}.json"
+        return self.dir / "records" / f"{ids.ticket(ticket_id)}.json"
 
     @property
     def published_path(self) -> Path:
@@ -246,14 +250,10 @@ def link_latest(workspace_root: Path, store: RunStore) -> None:
         os.replace(tmp, link)
 
 
-RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
-
-
 def find(workspace_root: Path, run_id: str) -> RunStore:
     """The store of `run_id` in this workspace; `RunStateError` if there is none (a run id
     that is not a plain name, e.g. `../elsewhere/x`, never becomes a path)."""
-    if not RUN_ID.match(run_id) or ".." in run_id:
-        raise RunStateError(f"{run_id!r} is not a run id (see runs/ for the ids)")
+    ids.run(run_id)
     store = RunStore(workspace_root / "runs" / run_id)
     if not store.meta_path.exists():
         raise RunStateError(f"no run {run_id!r} under {workspace_root / 'runs'}")

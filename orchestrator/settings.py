@@ -24,21 +24,38 @@ class GraphSettings(BaseSettings):
     stop_after: StopAfter | None = Field(
         default=None, validation_alias=AliasChoices("TICKETGRAPH_STOP_AFTER", "STOP_AFTER")
     )
-    # A task that outlives the visibility timeout is delivered again while still running, so
-    # the hard limit stays below it.
-    soft_time_limit_s: int = 600
-    time_limit_s: int = 660
-    visibility_timeout_s: int = 900
+    # Per task: at the soft limit the task's agent is cancelled (its ticket stops with reason
+    # `time_limit`); at the hard limit a task that still runs is recorded so and its worker
+    # process is replaced.
+    soft_time_limit_s: int = Field(default=600, ge=1)
+    time_limit_s: int = Field(default=660, ge=1)
+    # A message its worker has not acknowledged comes back to the queue after this long
+    # without a heartbeat: a worker that died loses its tickets for at most this plus the
+    # sweep interval. Live workers refresh every message they hold every third of it.
+    visibility_timeout_s: int = Field(default=30, ge=3)
+    restore_interval_s: int = Field(
+        default=5, ge=1, description="how often workers look for messages to bring back"
+    )
+    broker_outage_s: float = Field(
+        default=120,
+        ge=0,
+        description="how long tasks and the waiting CLI retry a broker that went away",
+    )
     processes: int | None = Field(
         default=None, ge=1, description="embedded worker processes (default: one per core)"
     )
     run_timeout_s: float = Field(default=3600, description="how long `run` waits for a verdict")
 
     @model_validator(mode="after")
-    def _limits_below_visibility(self) -> GraphSettings:
-        if not self.soft_time_limit_s < self.time_limit_s < self.visibility_timeout_s:
+    def _soft_below_hard(self) -> GraphSettings:
+        if not self.soft_time_limit_s < self.time_limit_s:
             raise ValueError(
-                "need soft_time_limit_s < time_limit_s < visibility_timeout_s, got "
-                f"{self.soft_time_limit_s}, {self.time_limit_s}, {self.visibility_timeout_s}"
+                "need soft_time_limit_s < time_limit_s, got "
+                f"{self.soft_time_limit_s}, {self.time_limit_s}"
             )
         return self
+
+    @property
+    def heartbeat_s(self) -> float:
+        """How often a worker refreshes the messages it holds: three beats per timeout."""
+        return self.visibility_timeout_s / 3

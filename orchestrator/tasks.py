@@ -4,20 +4,26 @@ call the node, send what the plan says comes next, and return a small summary.
 Per-ticket tasks never raise: a failure is recorded on the ticket and its slot is handed on,
 so one bad ticket cannot stall its fan-out. Whole-run steps that raise mark the run crashed
 and tell the waiting CLI before Celery sees the error.
+
+Every task runs under its soft and hard time limits (limits.py), and rides out a broker
+outage (outage.py); one that outlasts the outage window is rejected back to the queue, never
+acknowledged as done.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
 import redis
 from celery import Task
+from celery.exceptions import Reject
 
-from orchestrator import dispatch, graph, keys, lease, nodes
-from orchestrator.agents import shared_client
-from orchestrator.app import app, worker_llm
+from orchestrator import dispatch, graph, heartbeat, keys, lease, limits, nodes, outage
+from orchestrator.agents import TIME_LIMIT, shared_client
+from orchestrator.app import OUTAGE_CONF_KEY, app, worker_llm
 from orchestrator.records import RunPhase
 from orchestrator.runstate import RunStore
 
@@ -43,14 +49,38 @@ def _redis() -> redis.Redis:
     return keys.client(app.conf.broker_url)
 
 
+def _broker(fn: Callable[[], T], what: str) -> T:
+    """`fn()` through a broker outage; past the window, the message goes back to the queue
+    (or stays unacknowledged, and comes back when the broker does)."""
+    try:
+        return outage.call(fn, float(app.conf.get(OUTAGE_CONF_KEY) or 0), what)
+    except outage.BROKER_ERRORS as exc:
+        raise Reject(f"broker unreachable while {what}: {exc}", requeue=True) from exc
+
+
+def _limited(
+    ctx: nodes.Context, what: str, on_hard: Callable[[], None]
+) -> contextlib.AbstractContextManager[None]:
+    """The task's soft and hard time limits around its node."""
+    soft = float(app.conf.task_soft_time_limit or 0)
+    hard = float(app.conf.task_time_limit or 0)
+    return limits.enforced(ctx.cancel, soft, hard, on_hard, what)
+
+
 def _whole_run(run_dir: str, step: Callable[[nodes.Context], T]) -> T:
     """Run a whole-run step; if it raises, the run is marked crashed before Celery sees it."""
     ctx = _ctx(run_dir)
-    try:
-        return step(ctx)
-    except Exception as exc:
+    name = getattr(step, "__name__", "step")
+
+    def crashed(exc: BaseException) -> None:
         nodes.record_crash(ctx.store, exc)
-        dispatch.publish(_redis(), ctx.store.run_id, "run_end")
+        _broker(lambda: dispatch.publish(_redis(), ctx.store.run_id, "run_end"), "ending a run")
+
+    try:
+        with _limited(ctx, name, lambda: crashed(TimeoutError(f"{name}: hard time limit"))):
+            return step(ctx)
+    except Exception as exc:
+        crashed(exc)
         raise
 
 
@@ -61,15 +91,27 @@ def _per_ticket(
     ctx, r = _ctx(run_dir), _redis()
     phase = dispatch.Phase(ctx.store.run_id, attempt, step.phase)
     limit = int(app.conf.task_time_limit or 0) + 60
-    if not dispatch.hold(r, phase, ticket_id, task.request.id or "", limit):
+    delivery = task.request.id or ""
+    if not _broker(lambda: dispatch.hold(r, phase, ticket_id, delivery, limit), "holding"):
         return {"ticket": ticket_id, "status": "held elsewhere"}
     node = "fanout" if step is graph.DRAFT else "review"
     run = nodes.draft if step is graph.DRAFT else nodes.review
+
+    def hand_on() -> None:
+        what = f"handing on {ticket_id}"
+        _broker(lambda: graph.hand_on(r, step, ctx.store, attempt, ticket_id), what)
+
+    def out_of_time() -> None:
+        error = "still running at the hard time limit; its worker process was replaced"
+        nodes.fail_ticket(ctx, ticket_id, node, error, stop=TIME_LIMIT)
+        hand_on()
+
     try:
-        status = run(ctx, ticket_id)
+        with _limited(ctx, f"{step.phase} {ticket_id}", out_of_time):
+            status = run(ctx, ticket_id)
     except Exception as exc:
         status = nodes.fail_ticket(ctx, ticket_id, node, f"{type(exc).__name__}: {exc}")
-    graph.hand_on(r, step, ctx.store, attempt, ticket_id)
+    hand_on()
     lease.touch(ctx.store)  # the run makes progress: its lease stays live without its CLI
     return {"ticket": ticket_id, "status": status}
 
@@ -92,11 +134,12 @@ def _then_fan_out(
     ctx = _ctx(run_dir)
     taking = _whole_run(run_dir, step)
     r = _redis()
-    dispatch.publish(r, ctx.store.run_id, "node_end", node=node)
+    _broker(lambda: dispatch.publish(r, ctx.store.run_id, "node_end", node=node), "telling")
     if ctx.store.meta().status is not RunPhase.RUNNING:
-        dispatch.publish(r, ctx.store.run_id, "run_end")
+        _broker(lambda: dispatch.publish(r, ctx.store.run_id, "run_end"), "ending a run")
         return {fan.phase: 0}
-    graph.fan_out(r, fan, ctx.store, attempt, taking, ctx.meta.config.pool_size)
+    pool = ctx.meta.config.pool_size
+    _broker(lambda: graph.fan_out(r, fan, ctx.store, attempt, taking, pool), "fanning out")
     return {fan.phase: len(taking)}
 
 
@@ -122,5 +165,9 @@ def review(self: Task, run_dir: str, attempt: str, ticket_id: str) -> dict[str, 
 def report(run_dir: str, attempt: str) -> dict[str, int]:
     """Render the report, record the exit code, and tell the waiting CLI."""
     code = _whole_run(run_dir, nodes.finish_report)
-    dispatch.publish(_redis(), RunStore(Path(run_dir)).run_id, "run_end", exit_code=code)
+    run_id = RunStore(Path(run_dir)).run_id
+    _broker(lambda: dispatch.publish(_redis(), run_id, "run_end", exit_code=code), "ending a run")
     return {"exit_code": code}
+
+
+__all__ = ["draft", "heartbeat", "merge", "report", "review", "route"]

@@ -21,8 +21,7 @@ from typing import Any, Literal, cast, get_args
 
 from charset_normalizer import CharsetMatch, from_bytes
 
-TICKET_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-ID_RULE = "1-64 ASCII letters, digits, '-', '_' or '.', starting with a letter or digit, no '..'"
+from orchestrator.ids import ID_RULE, TICKET_ID
 
 Format = Literal["txt", "md", "json", "eml"]
 FORMATS: tuple[Format, ...] = get_args(Format)

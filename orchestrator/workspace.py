@@ -11,6 +11,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from orchestrator.errors import ConfigError
+from orchestrator.sandbox import root_problem
 
 CONFIG_FILE = "ticketgraph.toml"
 # Categories a worker (an agent with its own prompt and tools) can draft; any other
@@ -70,6 +71,26 @@ class HarnessConfig(_Table):
     budget_usd: float | None = Field(default=0.05, gt=0)
 
 
+DEFAULT_READS = {"bug": ["kb"], "billing": ["data/orders.json"]}
+
+
+class ToolsConfig(_Table):
+    """What each worker's tools may read: folders or files of the workspace, per category."""
+
+    reads: dict[str, list[str]] = Field(default_factory=lambda: dict(DEFAULT_READS))
+
+    @field_validator("reads")
+    @classmethod
+    def _safe_roots(cls, reads: dict[str, list[str]]) -> dict[str, list[str]]:
+        for category, roots in reads.items():
+            if category not in WORKER_CATEGORIES:
+                raise ValueError(f"{category!r} has no worker ({', '.join(WORKER_CATEGORIES)})")
+            for root in roots:
+                if (problem := root_problem(root)) is not None:
+                    raise ValueError(f"{category}: {root!r} {problem}")
+        return reads
+
+
 class WorkspaceConfig(BaseModel):
     """The whole `ticketgraph.toml`."""
 
@@ -79,6 +100,7 @@ class WorkspaceConfig(BaseModel):
     inbox: InboxConfig = InboxConfig()
     gate: GateConfig = GateConfig()
     harness: HarnessConfig = HarnessConfig()
+    tools: ToolsConfig = ToolsConfig()
 
 
 @dataclass(frozen=True)

@@ -5,13 +5,18 @@ It knows the wire format of OpenAI-compatible servers and nothing about scripts.
 
 from __future__ import annotations
 
+import os
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as WaitTimeout
 from typing import Any
 
 import httpx
 from pydantic import BaseModel, ValidationError
 
-from workers.errors import ProviderError
+from workers.cancel import CancelToken
+from workers.errors import Cancelled, ProviderError
 from workers.settings import HarnessSettings
 from workers.state import Message
 from workers.usage import Usage
@@ -19,6 +24,8 @@ from workers.usage import Usage
 RETRYABLE = {429, 503}
 KEEPALIVE_S = 2.0
 MAX_RETRY_WAIT_S = 30.0
+# How often a caller waiting on a request looks at its cancel token.
+CANCEL_POLL_S = 0.25
 
 
 class ModelReply(BaseModel):
@@ -58,18 +65,38 @@ class ModelClient:
         self.http.close()
 
     def complete(
-        self, model: str, messages: list[Message], tools: list[dict[str, Any]]
+        self,
+        model: str,
+        messages: list[Message],
+        tools: list[dict[str, Any]],
+        cancel: CancelToken | None = None,
     ) -> ModelReply:
-        """Ask for the next assistant message."""
+        """Ask for the next assistant message; `Cancelled` the moment `cancel` is set, even
+        mid-request (the request is abandoned: the server may still bill it)."""
         body: dict[str, Any] = {"model": model, "messages": [m.wire() for m in messages]}
         if tools:
             body["tools"] = tools
         for attempt in range(self.settings.max_retries + 1):
-            response = self._post(body)
+            response = self._post(body) if cancel is None else self._post_until(body, cancel)
             if response.status_code not in RETRYABLE or attempt == self.settings.max_retries:
                 break
-            time.sleep(_retry_wait(response, attempt))
+            wait = _retry_wait(response, attempt)
+            if cancel is None:
+                time.sleep(wait)
+            else:
+                cancel.sleep(wait)
         return _parse(response)
+
+    def _post_until(self, body: dict[str, Any], cancel: CancelToken) -> httpx.Response:
+        """`_post` on a helper thread, so that a cancel does not wait for the reply."""
+        cancel.check()
+        future = _requests().submit(self._post, body)
+        while True:
+            try:
+                return future.result(timeout=CANCEL_POLL_S)
+            except WaitTimeout:
+                if cancel.cancelled:
+                    raise Cancelled(cancel.reason or "cancelled") from None
 
     def _post(self, body: dict[str, Any]) -> httpx.Response:
         try:
@@ -78,6 +105,22 @@ class ModelClient:
             raise ProviderError(f"model request timed out: {exc!r}") from exc
         except httpx.HTTPError as exc:
             raise ProviderError(f"model request failed: {exc!r}") from exc
+
+
+_pools: dict[int, ThreadPoolExecutor] = {}
+_pools_lock = threading.Lock()
+MAX_REQUEST_THREADS = 64
+
+
+def _requests() -> ThreadPoolExecutor:
+    """This process's request threads (made after a fork, never inherited)."""
+    with _pools_lock:
+        pool = _pools.get(os.getpid())
+        if pool is None:
+            pool = _pools[os.getpid()] = ThreadPoolExecutor(
+                MAX_REQUEST_THREADS, thread_name_prefix="tg-request"
+            )
+        return pool
 
 
 def _retry_wait(response: httpx.Response, attempt: int) -> float:

@@ -76,7 +76,11 @@ def run(state: RunState, h: Harness) -> RunState:
         if h.limits.budget_usd is not None and state.cost_usd >= h.limits.budget_usd:
             return _stop(state, h, RunStatus.BUDGET_EXCEEDED, Interruption(type="max_budget"))
         try:
-            reply = h.client.complete(state.model, state.messages, h.catalog.schemas())
+            reply = h.client.complete(
+                state.model, state.messages, h.catalog.schemas(), cancel=h.cancel
+            )
+        except Cancelled:
+            return _cancelled(state, h)
         except ProviderError as exc:
             state.retryable = exc.retryable
             return _stop(state, h, RunStatus.FAILED, error=str(exc))

@@ -1,0 +1,198 @@
+"""Infrastructure faults with real processes: a Redis restart mid-fan-out, a broker outage
+under the waiting CLI, and a worker process killed with SIGKILL."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from celery import Celery
+
+from orchestrator.redis_server import RedisServer
+from tests.orchestrator.conftest import (
+    REFERENCE_TICKETS,
+    Cli,
+    clean_env,
+    demo_scripts,
+    state,
+    ticket_rows,
+    worker_processes,
+    write_scenarios,
+)
+from workers.provider import running_provider
+
+CLEAN_RUN_REQUESTS = 11  # the demo's reference run: 1 route + 8 drafting + 2 review turns
+SLOW_MS = 1500  # every model call: long enough to restart Redis with calls in flight
+
+
+def _stats(llm_url: str) -> dict[str, Any]:
+    return dict(httpx.get(llm_url.replace("/v1", "/stats")).json())
+
+
+def _slow_scenarios(tmp: Path, latency_ms: float, **per_script: float) -> Path:
+    scripts = demo_scripts()
+    for script in scripts:
+        script["latency_ms"] = per_script.get(script["name"], latency_ms)
+    return write_scenarios(tmp / "scenarios.yaml", scripts)
+
+
+def _start_run(workspace: Path, env: dict[str, str], log: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "orchestrator.cli", "run"],
+        cwd=workspace,
+        env={**clean_env(), **env},
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def _wait_for(predicate: Any, timeout: float, what: str) -> float:
+    """Poll `predicate` until true; return when it became true (monotonic)."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+    return time.monotonic()
+
+
+def _drafting(llm_url: str) -> bool:
+    """True once two drafting calls are in flight (routing is done)."""
+    stats = _stats(llm_url)
+    return stats["scripts"].get("router", 0) == 1 and stats["in_flight"] >= 2
+
+
+@pytest.fixture
+def slow_cluster(tmp_path: Path) -> Iterator[tuple[RedisServer, str, dict[str, str]]]:
+    """Redis with appendonly, a provider answering in 1.5 s, and two worker processes."""
+    scenario = _slow_scenarios(tmp_path, SLOW_MS)
+    with RedisServer(tcp=True, appendonly=True) as redis, running_provider(scenario) as llm:
+        env = {"TICKETGRAPH_BROKER_URL": redis.url, "LLM_BASE_URL": llm}
+        with worker_processes(env, tmp_path, ["f1", "f2"], threads=2):
+            yield redis, llm, env
+
+
+def test_a_redis_restart_mid_fan_out_loses_nothing(
+    slow_cluster: tuple[RedisServer, str, dict[str, str]], demo: Path, tmp_path: Path
+) -> None:
+    """Redis (appendonly) restarts while two drafts are in flight: the workers reconnect, the
+    CLI waits it out, and the run ends with the reference verdict and request count (plus at
+    most the two requests in flight)."""
+    redis, llm, env = slow_cluster
+    run = _start_run(demo, env, tmp_path / "run.log")
+    _wait_for(lambda: _drafting(llm), 60, "drafting to start")
+    redis.restart(down_s=1.0)
+    assert run.wait(120) == 1, (tmp_path / "run.log").read_text()[-3000:]
+    assert ticket_rows(state(demo)) == REFERENCE_TICKETS
+    served = _stats(llm)["requests"]
+    assert CLEAN_RUN_REQUESTS <= served <= CLEAN_RUN_REQUESTS + 2
+
+
+def test_a_broker_that_lost_its_data_stops_the_run_and_resume_finishes_it(
+    tmp_path: Path, demo: Path, cli: Cli
+) -> None:
+    """Without appendonly the restart loses the queue: the CLI notices (exit 2, stopped, not
+    crashed) and `resume` finishes the run with the reference verdict."""
+    scenario = _slow_scenarios(tmp_path, SLOW_MS)
+    with RedisServer(tcp=True) as redis, running_provider(scenario) as llm:
+        env = {"TICKETGRAPH_BROKER_URL": redis.url, "LLM_BASE_URL": llm}
+        with worker_processes(env, tmp_path, ["n1"], threads=2):
+            run = _start_run(demo, env, tmp_path / "run.log")
+            _wait_for(lambda: _drafting(llm), 60, "drafting to start")
+            redis.restart(down_s=1.0)
+            assert run.wait(120) == 2, (tmp_path / "run.log").read_text()[-3000:]
+            assert "lost this run's queued work" in (tmp_path / "run.log").read_text()
+            assert state(demo)["status"] == "stopped_early"
+            run_id = state(demo)["run_id"]
+            resumed = cli("resume", run_id, "--wait", cwd=demo, env=env)
+            assert resumed.returncode == 1, resumed.stdout + resumed.stderr
+            assert ticket_rows(state(demo)) == REFERENCE_TICKETS
+
+
+def test_the_waiting_cli_rides_out_a_broker_outage(
+    slow_cluster: tuple[RedisServer, str, dict[str, str]], demo: Path, tmp_path: Path
+) -> None:
+    """Redis down for 10 s mid-run: the CLI keeps waiting and reports the verdict (exit 1)."""
+    redis, llm, env = slow_cluster
+    run = _start_run(demo, env, tmp_path / "run.log")
+    _wait_for(lambda: _drafting(llm), 60, "drafting to start")
+    redis.restart(down_s=10.0)
+    assert run.wait(180) == 1, (tmp_path / "run.log").read_text()[-3000:]
+    assert ticket_rows(state(demo)) == REFERENCE_TICKETS
+
+
+def test_a_cli_that_gives_up_on_the_broker_exits_75_and_leaves_the_run_running(
+    slow_cluster: tuple[RedisServer, str, dict[str, str]], demo: Path, tmp_path: Path
+) -> None:
+    """With a 2 s outage window and Redis down for 8 s, the CLI exits 75 and says how to check
+    on the run, which stays `running`; once Redis is back the workers finish it alone."""
+    redis, llm, env = slow_cluster
+    log = tmp_path / "run.log"
+    run = _start_run(demo, {**env, "TICKETGRAPH_BROKER_OUTAGE_S": "2"}, log)
+    _wait_for(lambda: _drafting(llm), 60, "drafting to start")
+    redis.process.send_signal(signal.SIGTERM)  # type: ignore[union-attr]
+    redis.process.wait(10)  # type: ignore[union-attr]
+    assert run.wait(60) == 75, log.read_text()[-3000:]
+    text = log.read_text()
+    assert "unreachable for 2 s" in text and "goes on in the workers" in text
+    run_id = state(demo)["run_id"]
+    assert json.loads((demo / "runs" / run_id / "run.json").read_text())["status"] == "running"
+    redis.start()
+    _wait_for(lambda: state(demo)["status"] == "done", 120, "the workers to finish the run")
+    assert ticket_rows(state(demo)) == REFERENCE_TICKETS
+
+
+def _active(broker_url: str) -> dict[str, list[dict[str, Any]]]:
+    """Celery's own view of what every worker is running (remote control over the broker)."""
+    control = Celery(broker=broker_url)
+    try:
+        return control.control.inspect(timeout=1.0).active() or {}
+    finally:
+        control.close()
+
+
+def _running(broker_url: str, ticket_id: str) -> list[dict[str, Any]]:
+    return [
+        task
+        for tasks in _active(broker_url).values()
+        for task in tasks
+        if task["name"] == "orchestrator.draft" and task["args"][2] == ticket_id
+    ]
+
+
+@pytest.mark.timeout(400)  # a 90 s model call by design
+def test_a_killed_workers_ticket_comes_back_within_a_minute_and_a_slow_one_runs_once(
+    tmp_path: Path, demo: Path
+) -> None:
+    """Two workers of one thread each. T-1001's model call takes 90 s (three visibility
+    timeouts): its message must not be delivered again while its worker lives. The worker
+    drafting T-1002 is SIGKILLed mid-call: T-1002 must be delivered again within 60 s."""
+    scenario = _slow_scenarios(tmp_path, 60, **{"T-1001#1": 90_000, "T-1002#1": 3_000})
+    with RedisServer(tcp=True) as redis, running_provider(scenario) as llm:
+        env = {"TICKETGRAPH_BROKER_URL": redis.url, "LLM_BASE_URL": llm}
+        with worker_processes(env, tmp_path, ["k1", "k2"], threads=1):
+            run = _start_run(demo, env, tmp_path / "run.log")
+            _wait_for(lambda: _stats(llm)["scripts"].get("T-1002#1") == 1, 60, "T-1002 drafting")
+            (victim,) = _running(redis.url, "T-1002")
+            os.kill(victim["worker_pid"], signal.SIGKILL)
+            killed_at = time.monotonic()
+            back_at = _wait_for(
+                lambda: _stats(llm)["scripts"].get("T-1002#1") == 2, 90, "T-1002 redelivered"
+            )
+            assert back_at - killed_at < 60
+            (slow,) = _running(redis.url, "T-1001")  # still on its first delivery
+            assert run.wait(240) == 1, (tmp_path / "run.log").read_text()[-3000:]
+            served = _stats(llm)["scripts"]
+    assert served["T-1001#1"] == 1  # one 90 s request: never delivered twice
+    assert ticket_rows(state(demo)) == REFERENCE_TICKETS
+    logs = (tmp_path / "k1.log").read_text() + (tmp_path / "k2.log").read_text()
+    assert logs.count(f"orchestrator.draft[{slow['id']}] received") == 1
