@@ -264,7 +264,7 @@ def _requeue(args: argparse.Namespace) -> int:
 def _execute(store: RunStore, settings: GraphSettings) -> int:
     """Run the canvas, printing node lines as they finish, then the report or the stop."""
     from orchestrator import console, runner
-    from orchestrator.errors import BrokerUnavailable
+    from orchestrator.errors import BrokerUnavailable, RunStorageError
     from workers.settings import HarnessSettings
 
     printer = console.ProgressPrinter(store)
@@ -276,11 +276,26 @@ def _execute(store: RunStore, settings: GraphSettings) -> int:
         print(f"ticketgraph: {exc}", file=sys.stderr)
         print(console.outcome(store, store.materialise()), end="", file=sys.stderr)
         return ExitCode.TEMPFAIL
-    record = store.materialise()
+    except RunStorageError as exc:
+        return _unwritable(store, exc)
+    try:
+        record = store.materialise()
+    except OSError as exc:
+        return _unwritable(store, exc)
     printer.show(record)
     text = console.outcome(store, record)
     print(text, end="", file=sys.stderr if code == EXIT_CRASHED else sys.stdout)
     return code
+
+
+def _unwritable(store: RunStore, exc: Exception) -> int:
+    """The run's files could not be written: say what and where, and how to go on (exit 3)."""
+    print(
+        f"run {store.run_id}: crashed ({exc})\n"
+        f"Once it can be written again, finish it with: ticketgraph resume {store.run_id}",
+        file=sys.stderr,
+    )
+    return EXIT_CRASHED
 
 
 def _add_worker(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

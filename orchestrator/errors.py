@@ -6,6 +6,7 @@ GraphError
 ├── BrokerError       the broker cannot be reached, or the embedded one started
 │   ├── BrokerUnavailable  the broker stayed away longer than the outage window (exit 75)
 │   └── BrokerLostRun      the broker came back without the run's queued work (exit 2)
+├── RunStorageError   the run folder or out/ cannot be written (a crash, exit 3)
 ├── RouteFailed       the router's model run did not answer
 ├── RunTimeout        the verdict did not arrive in time
 ├── RunBusy           another process holds the run's lease (exit 75: try again later)
@@ -37,6 +38,10 @@ class BrokerUnavailable(BrokerError):
 
 class BrokerLostRun(BrokerError):
     """The broker restarted without persistence: the run's messages and keys are gone."""
+
+
+class RunStorageError(GraphError):
+    """The run's files cannot be written: read-only, disk full, gone."""
 
 
 class RouteFailed(GraphError):

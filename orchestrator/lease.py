@@ -77,8 +77,8 @@ class Lease:
             self.renewed = time.monotonic()
 
     def release(self) -> None:
-        """Give the lease up."""
-        with contextlib.suppress(FileNotFoundError):
+        """Give the lease up (if the run folder can no longer be written, it lapses alone)."""
+        with contextlib.suppress(OSError):
             path(self.store).unlink()
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from orchestrator import gate, ids, inbox, prompts, report
 from orchestrator.agents import AgentResult, run_agent
-from orchestrator.errors import RouteFailed
+from orchestrator.errors import RouteFailed, RunStorageError
 from orchestrator.exit_codes import ExitCode
 from orchestrator.records import (
     NodeRecord,
@@ -159,7 +159,12 @@ def _worker(
     return run_agent(
         prompts.WORKERS[category],
         task,
-        tools_for(category, Path(ctx.meta.workspace), ctx.meta.config.reads),
+        tools_for(
+            category,
+            Path(ctx.meta.workspace),
+            ctx.meta.config.reads,
+            (ctx.store.actions_path, ticket_id),
+        ),
         ctx.meta.config,
         ctx.llm,
         trace,
@@ -349,13 +354,29 @@ def stop_early(store: RunStore, tickets: dict[str, TicketRecord] | None = None) 
 
 
 def record_crash(store: RunStore, exc: BaseException) -> int:
-    """Mark the run crashed, with the error, in its state and its trace; return exit code 3."""
-    error = f"{type(exc).__name__}: {exc}"
-    with store.update_meta() as run:
-        run.end(RunPhase.CRASHED, ExitCode.CRASHED, error)
-    store.tracer(node="run").emit("run_crashed", error=error)
-    store.materialise()
+    """Mark the run crashed, with the error, in its state and its trace; return exit code 3.
+
+    If the run folder itself cannot be written (the usual cause of such a crash), raise
+    `RunStorageError` with both errors: the caller reports it, and `resume` works once fixed.
+    """
+    error = crash_text(exc)
+    try:
+        with store.update_meta() as run:
+            run.end(RunPhase.CRASHED, ExitCode.CRASHED, error)
+        store.tracer(node="run").emit("run_crashed", error=error)
+        store.materialise()
+    except OSError as unwritable:
+        raise RunStorageError(
+            f"{error} (and the crash could not be recorded: {crash_text(unwritable)})"
+        ) from exc
     return ExitCode.CRASHED
+
+
+def crash_text(exc: BaseException) -> str:
+    """An error as one line; an OSError names its path."""
+    if isinstance(exc, OSError) and exc.filename is not None:
+        return f"{type(exc).__name__}: {exc.strerror or exc}: {exc.filename}"
+    return f"{type(exc).__name__}: {exc}"
 
 
 def _done(ctx: Context, node: str) -> bool:

@@ -6,6 +6,7 @@ import contextlib
 import os
 import secrets
 import shutil
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -26,7 +27,7 @@ from orchestrator import (
     report,
 )
 from orchestrator.app import configure
-from orchestrator.errors import BrokerLostRun, BrokerUnavailable, RunTimeout
+from orchestrator.errors import BrokerLostRun, BrokerUnavailable, RunStorageError, RunTimeout
 from orchestrator.exit_codes import ExitCode
 from orchestrator.records import (
     FAILED_STOPS,
@@ -209,13 +210,15 @@ def _execute_held(
     if meta.status is RunPhase.DONE and meta.exit_code is not None:
         return meta.exit_code
     distributed = bool(settings.broker_url)
+    end: Event | None = None
     try:
+        workspace = Workspace(Path(meta.workspace))
+        check_writable(store.dir, workspace.out)  # before anything is paid for
         if not store.ticket_ids():
             _finish_empty(store)
         else:
-            workspace = Workspace(Path(meta.workspace))
             with _celery(workspace, settings, llm, meta.config.pool_size) as app:
-                _submit_and_wait(app, store, settings, on_event, held)
+                end = _submit_and_wait(app, store, settings, on_event, held)
     except KeyboardInterrupt:
         return _interrupted(store, embedded_run=not distributed)
     except BrokerLostRun as exc:
@@ -227,7 +230,24 @@ def _execute_held(
     except Exception as exc:
         return nodes.record_crash(store, exc)
     code = store.meta().exit_code
+    if code is None and end is not None and end.get("error"):
+        # A task crashed the run but could not record it (the run folder failed it).
+        return nodes.record_crash(store, RunStorageError(end["error"]))
     return ExitCode.CRASHED if code is None else code
+
+
+def check_writable(*folders: Path) -> None:
+    """Create and remove a file in each folder; `RunStorageError` naming the first that
+    cannot be written (read-only, full, missing, not ours)."""
+    for folder in folders:
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile(dir=folder, prefix=".probe-"):
+                pass
+        except OSError as exc:
+            raise RunStorageError(
+                f"{folder} is not writable ({nodes.crash_text(exc)}); fix it, then resume"
+            ) from exc
 
 
 def _interrupted(store: RunStore, embedded_run: bool) -> int:
@@ -255,8 +275,9 @@ def _submit_and_wait(
     settings: GraphSettings,
     on_event: Callable[[Event], None],
     held: lease.Lease,
-) -> None:
-    """Send the run's first unfinished step, then follow its events until it ends.
+) -> Event | None:
+    """Send the run's first unfinished step, then follow its events until it ends; return
+    the run's last event (None if it ended without one).
 
     Events are a blocking read on a Redis list, so the wait costs nothing while nothing
     happens; run.json (a small file) is checked when no event comes for a while, so a run
@@ -285,9 +306,9 @@ def _submit_and_wait(
         if event is not None:
             on_event(event)
             if event["event"] == "run_end":
-                return
+                return event
         elif store.meta().status is not RunPhase.RUNNING:
-            return
+            return None
         if time.monotonic() > deadline:
             raise RunTimeout(
                 f"no verdict after {settings.run_timeout_s:.0f} s; the run goes on in the workers"

@@ -101,6 +101,11 @@ class RunStore:
         return self.dir / "records" / f"{ids.ticket(ticket_id)}.json"
 
     @property
+    def actions_path(self) -> Path:
+        """What the run's write tools did (one JSON line per effect, e.g. a refund request)."""
+        return self.dir / "actions.jsonl"
+
+    @property
     def published_path(self) -> Path:
         """merge's list of the drafts it published to out/, with their summaries."""
         return self.dir / "published.json"

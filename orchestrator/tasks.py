@@ -13,6 +13,7 @@ acknowledged as done.
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
@@ -21,13 +22,16 @@ import redis
 from celery import Task
 from celery.exceptions import Reject
 
-from orchestrator import dispatch, graph, heartbeat, keys, lease, limits, nodes, outage
+from orchestrator import dispatch, graph, heartbeat, ids, keys, lease, limits, nodes, outage
 from orchestrator.agents import TIME_LIMIT, shared_client
 from orchestrator.app import OUTAGE_CONF_KEY, app, worker_llm
+from orchestrator.errors import RunStorageError
 from orchestrator.records import RunPhase
 from orchestrator.runstate import RunStore
 
 T = TypeVar("T")
+
+log = logging.getLogger(__name__)
 
 
 def warm_up() -> None:
@@ -67,20 +71,29 @@ def _limited(
     return limits.enforced(ctx.cancel, soft, hard, on_hard, what)
 
 
+def _crashed(ctx: nodes.Context, exc: BaseException) -> None:
+    """Mark the run crashed and tell its CLI, with the error in the event too: if the run
+    folder cannot be written (read-only, disk full), the CLI still learns what happened."""
+    error = nodes.crash_text(exc)
+    try:
+        nodes.record_crash(ctx.store, exc)
+    except RunStorageError as unrecorded:
+        error = str(unrecorded)
+        log.error("run %s crashed: %s", ctx.store.run_id, error)
+    run_id = ctx.store.run_id
+    _broker(lambda: dispatch.publish(_redis(), run_id, "run_end", error=error), "ending a run")
+
+
 def _whole_run(run_dir: str, step: Callable[[nodes.Context], T]) -> T:
     """Run a whole-run step; if it raises, the run is marked crashed before Celery sees it."""
     ctx = _ctx(run_dir)
     name = getattr(step, "__name__", "step")
-
-    def crashed(exc: BaseException) -> None:
-        nodes.record_crash(ctx.store, exc)
-        _broker(lambda: dispatch.publish(_redis(), ctx.store.run_id, "run_end"), "ending a run")
-
+    hard = TimeoutError(f"{name}: still running at the hard time limit")
     try:
-        with _limited(ctx, name, lambda: crashed(TimeoutError(f"{name}: hard time limit"))):
+        with _limited(ctx, name, lambda: _crashed(ctx, hard)):
             return step(ctx)
     except Exception as exc:
-        crashed(exc)
+        _crashed(ctx, exc)
         raise
 
 
@@ -88,7 +101,10 @@ def _per_ticket(
     task: Task, step: graph.FanOut, run_dir: str, attempt: str, ticket_id: str
 ) -> dict[str, str]:
     """Hold the ticket, run its step (a failure becomes its verdict), hand its slot on."""
+    ids.ticket(ticket_id)  # from a message: never made into a path unless a plain name
     ctx, r = _ctx(run_dir), _redis()
+    if ctx.meta.status is not RunPhase.RUNNING:
+        return {"ticket": ticket_id, "status": f"run {ctx.meta.status.value}"}  # pay nothing
     phase = dispatch.Phase(ctx.store.run_id, attempt, step.phase)
     limit = int(app.conf.task_time_limit or 0) + 60
     delivery = task.request.id or ""
@@ -107,12 +123,20 @@ def _per_ticket(
         hand_on()
 
     try:
-        with _limited(ctx, f"{step.phase} {ticket_id}", out_of_time):
-            status = run(ctx, ticket_id)
-    except Exception as exc:
-        status = nodes.fail_ticket(ctx, ticket_id, node, f"{type(exc).__name__}: {exc}")
-    hand_on()
-    lease.touch(ctx.store)  # the run makes progress: its lease stays live without its CLI
+        try:
+            with _limited(ctx, f"{step.phase} {ticket_id}", out_of_time):
+                status = run(ctx, ticket_id)
+        except OSError:
+            raise
+        except Exception as exc:
+            status = nodes.fail_ticket(ctx, ticket_id, node, f"{type(exc).__name__}: {exc}")
+        hand_on()
+        lease.touch(ctx.store)  # the run makes progress: its lease stays live without its CLI
+    except OSError as exc:
+        # The run's files cannot be written: not this ticket's verdict but the run's crash.
+        # The ticket's record still says where it was, so `resume` redoes it once fixed.
+        _crashed(ctx, exc)
+        return {"ticket": ticket_id, "status": "crashed"}
     return {"ticket": ticket_id, "status": status}
 
 

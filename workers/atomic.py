@@ -79,6 +79,11 @@ def _write_temp(target: Path, text: str, fsync: bool) -> Path:
             if fsync:
                 handle.flush()
                 os.fsync(handle.fileno())
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        if exc.filename is None:  # a failed write() names no file: say which one it was
+            raise OSError(exc.errno, exc.strerror, str(target)) from exc
+        raise
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

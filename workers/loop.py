@@ -187,6 +187,7 @@ def _execute(state: RunState, h: Harness, call: ToolCall, tool: Tool, args: Base
         charge=lambda usd: _charge(state, usd),
         tracer=h.tracer,
         model=state.model,
+        call_id=call.id,
     )
     try:
         result = tool.run(args, ctx)

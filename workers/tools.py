@@ -33,6 +33,7 @@ class ToolContext:
     charge: Callable[[float], None] = lambda _usd: None
     tracer: Tracer = field(default_factory=lambda: Tracer(None, ""))
     model: str = "scripted"
+    call_id: str = ""  # the model's id for this call: a write tool's idempotency key
 
 
 @dataclass

@@ -173,10 +173,11 @@ def _running(broker_url: str, ticket_id: str) -> list[dict[str, Any]]:
 def test_a_killed_workers_ticket_comes_back_within_a_minute_and_a_slow_one_runs_once(
     tmp_path: Path, demo: Path
 ) -> None:
-    """Two workers of one thread each. T-1001's model call takes 90 s (three visibility
-    timeouts): its message must not be delivered again while its worker lives. The worker
-    drafting T-1002 is SIGKILLed mid-call: T-1002 must be delivered again within 60 s."""
-    scenario = _slow_scenarios(tmp_path, 60, **{"T-1001#1": 90_000, "T-1002#1": 3_000})
+    """Two workers of one thread each. Drafting T-1001 takes 90 s (two 45 s model calls, each
+    longer than the 30 s visibility timeout): its message must not be delivered again while
+    its worker lives. The worker drafting T-1002 is SIGKILLed mid-call: T-1002 must be
+    delivered again within 60 s."""
+    scenario = _slow_scenarios(tmp_path, 60, **{"T-1001#1": 45_000, "T-1002#1": 3_000})
     with RedisServer(tcp=True) as redis, running_provider(scenario) as llm:
         env = {"TICKETGRAPH_BROKER_URL": redis.url, "LLM_BASE_URL": llm}
         with worker_processes(env, tmp_path, ["k1", "k2"], threads=1):
@@ -192,7 +193,8 @@ def test_a_killed_workers_ticket_comes_back_within_a_minute_and_a_slow_one_runs_
             (slow,) = _running(redis.url, "T-1001")  # still on its first delivery
             assert run.wait(240) == 1, (tmp_path / "run.log").read_text()[-3000:]
             served = _stats(llm)["scripts"]
-    assert served["T-1001#1"] == 1  # one 90 s request: never delivered twice
+    assert served["T-1001#1"] == 2  # its two turns, each asked once: never delivered twice
+    assert served["T-1002#1"] == 3  # the call in flight at the kill, then its two turns
     assert ticket_rows(state(demo)) == REFERENCE_TICKETS
     logs = (tmp_path / "k1.log").read_text() + (tmp_path / "k2.log").read_text()
     assert logs.count(f"orchestrator.draft[{slow['id']}] received") == 1

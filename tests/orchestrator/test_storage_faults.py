@@ -1,0 +1,142 @@
+"""Filesystem faults are verdicts, not tracebacks: a run folder that turns read-only mid-run,
+an out/ that cannot be written, a disk that fills up. Each ends the run `crashed` (exit 3)
+with the path and the error, and `resume` finishes it once the fault is fixed."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.orchestrator.conftest import (
+    REFERENCE_TICKETS,
+    Cli,
+    clean_env,
+    demo_scripts,
+    state,
+    ticket_rows,
+    write_scenarios,
+)
+from tests.orchestrator.test_faults import _wait_for
+from workers.provider import running_provider
+
+ROOT = os.geteuid() == 0
+
+
+def _mount(*args: str) -> None:
+    subprocess.run(["mount", *args], check=True, capture_output=True)
+
+
+@contextlib.contextmanager
+def read_only(folder: Path) -> Iterator[str]:
+    """Make `folder` read-only for every process, even root's; yield the error to expect.
+    As root: a read-only bind mount of it over itself. Otherwise: no write permission."""
+    if ROOT:
+        _mount("--bind", str(folder), str(folder))
+        try:
+            _mount("-o", "remount,bind,ro", str(folder))
+            yield "Read-only file system"
+        finally:
+            subprocess.run(["umount", str(folder)], check=True)
+        return
+    dirs = [folder, *(p for p in folder.rglob("*") if p.is_dir())]
+    for d in dirs:
+        d.chmod(0o555)
+    try:
+        yield "Permission denied"
+    finally:
+        for d in dirs:
+            d.chmod(0o755)
+
+
+@pytest.fixture
+def llm(tmp_path: Path) -> Iterator[str]:
+    """The demo's scripted provider, each call taking 0.8 s so a fault can land mid-run."""
+    scripts = demo_scripts()
+    for script in scripts:
+        script["latency_ms"] = 800
+    with running_provider(write_scenarios(tmp_path / "slow.yaml", scripts)) as url:
+        yield url
+
+
+def _served(llm: str) -> int:
+    return int(httpx.get(llm.replace("/v1", "/stats")).json()["requests"])
+
+
+def test_a_run_folder_that_turns_read_only_mid_run_crashes_the_run_and_resume_finishes_it(
+    demo: Path, llm: str, cli: Cli, tmp_path: Path
+) -> None:
+    log = tmp_path / "run.log"
+    run = subprocess.Popen(
+        [sys.executable, "-m", "orchestrator.cli", "run"],
+        cwd=demo,
+        env={**clean_env(), "LLM_BASE_URL": llm},
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+    )
+    _wait_for(lambda: _served(llm) >= 2, 60, "drafting to start")  # routed, drafts in flight
+    run_id = state(demo)["run_id"]
+    run_dir = demo / "runs" / run_id
+    with read_only(run_dir) as expected:
+        assert run.wait(90) == 3, log.read_text()[-3000:]
+    text = log.read_text()
+    assert expected in text and str(run_dir) in text, text[-3000:]
+    assert "Traceback" not in text
+    assert f"ticketgraph resume {run_id}" in text
+    resumed = cli("resume", run_id, cwd=demo, env={"LLM_BASE_URL": llm})
+    assert resumed.returncode == 1, resumed.stdout + resumed.stderr
+    assert ticket_rows(state(demo)) == REFERENCE_TICKETS
+
+
+def test_an_unwritable_out_folder_is_found_before_anything_is_paid(
+    demo: Path, llm: str, cli: Cli
+) -> None:
+    with read_only(demo / "out") as expected:
+        done = cli("run", cwd=demo, env={"LLM_BASE_URL": llm})
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert expected in done.stderr and str(demo / "out") in done.stderr
+    assert "Traceback" not in done.stderr
+    assert _served(llm) == 0
+    record = state(demo)
+    assert record["status"] == "crashed" and "out" in record["error"]
+    resumed = cli("resume", record["run_id"], cwd=demo, env={"LLM_BASE_URL": llm})
+    assert resumed.returncode == 1, resumed.stdout + resumed.stderr
+    assert ticket_rows(state(demo)) == REFERENCE_TICKETS
+
+
+# Runs a command in its own mount namespace (unprivileged, through a user namespace) where
+# out/ is a 16 KB tmpfs with one 4 KB page left: merge's second reply does not fit. The
+# mount dies with the command; the real out/ is untouched for the resume.
+UNSHARE = ["unshare", "--user", "--map-root-user", "--mount", "--propagation", "private"]
+FULL_OUT = (
+    'mount -t tmpfs -o size=16k tmpfs "$0" && head -c 12288 /dev/zero > "$0/.filler" && exec "$@"'
+)
+
+
+def test_a_full_disk_crashes_the_run_with_the_path_and_resume_finishes_it(
+    demo: Path, llm: str, cli: Cli
+) -> None:
+    out = demo / "out"
+    done = subprocess.run(
+        [*UNSHARE, "sh", "-c", FULL_OUT, str(out), sys.executable, "-m", "orchestrator.cli", "run"],
+        cwd=demo,
+        env={**clean_env(), "LLM_BASE_URL": llm},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert "No space left on device" in done.stderr and str(out) in done.stderr
+    assert "Traceback" not in done.stderr
+    record = state(demo)
+    assert record["status"] == "crashed" and "No space left on device" in record["error"]
+    assert not list(out.iterdir())  # the full tmpfs is gone with the run's namespace
+    resumed = cli("resume", record["run_id"], cwd=demo, env={"LLM_BASE_URL": llm})
+    assert resumed.returncode == 1, resumed.stdout + resumed.stderr
+    assert ticket_rows(state(demo)) == REFERENCE_TICKETS

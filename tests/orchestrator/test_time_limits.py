@@ -1,0 +1,64 @@
+"""Per-task time limits hold in both modes: a model slower than the soft limit is cancelled
+mid-request and its ticket stops with reason `time_limit`; the rest of the run goes on."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+
+from orchestrator.redis_server import RedisServer
+from tests.orchestrator.conftest import (
+    Cli,
+    demo_scripts,
+    state,
+    worker_processes,
+    write_scenarios,
+)
+from workers.provider import running_provider
+
+LIMITS = {"TICKETGRAPH_SOFT_TIME_LIMIT_S": "3", "TICKETGRAPH_TIME_LIMIT_S": "60"}
+
+
+def _slow_t1001(tmp: Path) -> Path:
+    """The demo, with T-1001's first model call taking 40 s: far past the 3 s soft limit."""
+    scripts = demo_scripts()
+    next(s for s in scripts if s["name"] == "T-1001#1")["latency_ms"] = 40_000
+    return write_scenarios(tmp / "slow.yaml", scripts)
+
+
+def _check(demo: Path, done_code: int, stderr: str, llm: str) -> None:
+    assert done_code == 1, stderr
+    record = state(demo)
+    t1001 = record["tickets"]["T-1001"]
+    assert (t1001["stop"], t1001["status"]) == ("time_limit", "needs_human")
+    assert "time_limit" in t1001["error"]
+    others = {i: t["stop"] for i, t in record["tickets"].items() if i != "T-1001"}
+    assert others == {
+        "T-1002": "gate_pass",
+        "T-1003": "gate_pass",
+        "T-1004": "no_progress",
+        "T-1005": "gate_pass",
+        "T-1006": "gate_pass",
+    }
+    # The run ended while the slow call was still being served: it was abandoned at the soft
+    # limit, not waited for.
+    assert httpx.get(llm.replace("/v1", "/stats")).json()["in_flight"] == 1
+
+
+def test_the_soft_time_limit_stops_a_slow_ticket_in_an_embedded_run(
+    demo: Path, cli: Cli, tmp_path: Path
+) -> None:
+    with running_provider(_slow_t1001(tmp_path)) as llm:
+        done = cli("run", cwd=demo, env={"LLM_BASE_URL": llm, **LIMITS})
+        _check(demo, done.returncode, done.stderr, llm)
+
+
+def test_the_soft_time_limit_stops_a_slow_ticket_on_a_worker(
+    demo: Path, cli: Cli, tmp_path: Path
+) -> None:
+    with RedisServer(tcp=True) as redis, running_provider(_slow_t1001(tmp_path)) as llm:
+        env = {"TICKETGRAPH_BROKER_URL": redis.url, "LLM_BASE_URL": llm}
+        with worker_processes({**env, **LIMITS}, tmp_path, ["limited"]):
+            done = cli("run", cwd=demo, env=env)  # the limits are the worker's settings
+            _check(demo, done.returncode, done.stderr, llm)
