@@ -25,21 +25,23 @@ local first = KEYS[5]
 if redis.call('EXISTS', first) == 1 then
   return redis.call('LRANGE', first, 1, -1)
 end
-redis.call('DEL', KEYS[1], KEYS[2], KEYS[4], KEYS[6])
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[4], KEYS[6], KEYS[7])
 local pool = tonumber(ARGV[1])
 local ttl = tonumber(ARGV[2])
+local now = redis.call('TIME')[1]
 local batch = {}
 redis.call('RPUSH', first, '')
 for i = 3, #ARGV do
   if #batch < pool then
     table.insert(batch, ARGV[i])
     redis.call('RPUSH', first, ARGV[i])
+    redis.call('HSET', KEYS[7], ARGV[i], now)
   else
     redis.call('RPUSH', KEYS[1], ARGV[i])
   end
 end
 redis.call('SET', KEYS[3], #ARGV - 2, 'EX', ttl)
-for i = 1, 6 do redis.call('EXPIRE', KEYS[i], ttl) end
+for i = 1, 7 do redis.call('EXPIRE', KEYS[i], ttl) end
 return batch
 """
 
@@ -47,16 +49,44 @@ _ADVANCE = """
 local prior = redis.call('HGET', KEYS[4], ARGV[1])
 if prior then return prior end
 if redis.call('EXISTS', KEYS[3]) == 0 then return 'L' end
+local now = redis.call('TIME')[1]
 local nxt = redis.call('LPOP', KEYS[1]) or ''
+if nxt ~= '' then redis.call('HSET', KEYS[6], nxt, now) end
 redis.call('SADD', KEYS[2], ARGV[1])
 local fire = '0'
 if redis.call('SCARD', KEYS[2]) >= tonumber(redis.call('GET', KEYS[3]) or '0') then
-  if redis.call('SET', KEYS[5], '1', 'NX', 'EX', ARGV[2]) then fire = '1' end
+  if redis.call('SET', KEYS[5], now, 'NX', 'EX', ARGV[2]) then fire = '1' end
 end
 local out = fire .. nxt
 redis.call('HSET', KEYS[4], ARGV[1], out)
 redis.call('EXPIRE', KEYS[2], ARGV[2])
 redis.call('EXPIRE', KEYS[4], ARGV[2])
+return out
+"""
+
+
+# Tickets sent at least ARGV[1] seconds ago that no task has taken (no owner key) and that
+# are not done: their message was lost (a worker killed between popping it and recording it
+# as unacknowledged). They are stamped again, so each is re-sent at most once per period.
+# The first element says whether the barrier was sent that long ago and not taken.
+_SWEEP = """
+local now = tonumber(redis.call('TIME')[1])
+local age = tonumber(ARGV[1])
+local out = {'0'}
+local fired = redis.call('GET', KEYS[3])
+if fired and now - tonumber(fired) >= age and redis.call('EXISTS', KEYS[4]) == 0 then
+  out[1] = '1'
+  redis.call('SET', KEYS[3], now, 'KEEPTTL')
+end
+local sent = redis.call('HGETALL', KEYS[2])
+for i = 1, #sent, 2 do
+  local ticket, at = sent[i], tonumber(sent[i + 1])
+  if now - at >= age and redis.call('SISMEMBER', KEYS[1], ticket) == 0
+     and redis.call('EXISTS', ARGV[2] .. ticket) == 0 then
+    table.insert(out, ticket)
+    redis.call('HSET', KEYS[2], ticket, now)
+  end
+end
 return out
 """
 
@@ -104,7 +134,7 @@ def _script(r: redis.Redis, source: str) -> Any:
 def start(r: redis.Redis, phase: Phase, ticket_ids: list[str], pool_size: int) -> list[str]:
     """Queue the phase's tickets and return the first `pool_size` for the caller to send."""
     first = _script(r, _START)(
-        keys=phase.parts("todo", "done", "total", "handoff", "first", "fired"),
+        keys=phase.parts("todo", "done", "total", "handoff", "first", "fired", "sent"),
         args=[pool_size, keys.RUN_TTL_S, *ticket_ids],
     )
     return [item.decode() for item in first]
@@ -113,7 +143,7 @@ def start(r: redis.Redis, phase: Phase, ticket_ids: list[str], pool_size: int) -
 def advance(r: redis.Redis, phase: Phase, ticket_id: str) -> Handoff:
     """Mark `ticket_id` finished; return the next ticket to send and whether this was the last."""
     raw: bytes = _script(r, _ADVANCE)(
-        keys=phase.parts("todo", "done", "total", "handoff", "fired"),
+        keys=phase.parts("todo", "done", "total", "handoff", "fired", "sent"),
         args=[ticket_id, keys.RUN_TTL_S],
     )
     text = raw.decode()
@@ -132,6 +162,28 @@ def hold(r: redis.Redis, phase: Phase, ticket_id: str, delivery: str, ttl_s: int
     key = keys.owner(phase.run_id, phase.attempt, phase.name, ticket_id)
     holder = _script(r, _HOLD)(keys=[key], args=[delivery, ttl_s])
     return bool(holder == delivery.encode())
+
+
+@dataclass(frozen=True)
+class Lost:
+    """What a sweep found sent long ago and never taken."""
+
+    tickets: list[str]
+    barrier: bool
+
+
+def sweep(r: redis.Redis, phase: Phase, age_s: float) -> Lost:
+    """Tickets (and the barrier) sent `age_s` or more ago that no task ever took."""
+    owner_prefix = keys.owner(phase.run_id, phase.attempt, phase.name, "")
+    raw = _script(r, _SWEEP)(
+        keys=phase.parts("done", "sent", "fired", "taken"), args=[int(age_s), owner_prefix]
+    )
+    return Lost(tickets=[t.decode() for t in raw[1:]], barrier=raw[0] == b"1")
+
+
+def take_barrier(r: redis.Redis, phase: Phase) -> None:
+    """The barrier task after `phase` started: a sweep never sends it again."""
+    r.set(phase.key("taken"), "1", ex=keys.RUN_TTL_S)
 
 
 def mark_submitted(r: redis.Redis, run_id: str, attempt: str) -> None:

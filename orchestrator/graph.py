@@ -84,6 +84,31 @@ def hand_on(r: redis.Redis, step: FanOut, store: RunStore, attempt: str, ticket_
         _send(step.then, str(store.dir), attempt)
 
 
+def sweep(r: redis.Redis, store: RunStore, attempt: str, age_s: float) -> int:
+    """Send again what was sent `age_s` ago and never taken (its message died with a worker
+    between the broker handing it out and the worker recording it); return how many.
+
+    A duplicate is harmless: whichever copy starts first holds the ticket, the other steps
+    aside, and a barrier's steps are idempotent.
+    """
+    resent = 0
+    for step in (DRAFT, REVIEW):
+        lost = dispatch.sweep(r, dispatch.Phase(store.run_id, attempt, step.phase), age_s)
+        for ticket_id in lost.tickets:
+            _send(step.task, str(store.dir), attempt, ticket_id)
+        if lost.barrier:
+            _send(step.then, str(store.dir), attempt)
+        resent += len(lost.tickets) + lost.barrier
+        if lost.tickets or lost.barrier:
+            log.warning(
+                "run %s: %s sent again (lost with a worker): %s",
+                store.run_id,
+                step.phase,
+                ", ".join(lost.tickets + ([step.then] if lost.barrier else [])),
+            )
+    return resent
+
+
 def _taking(record: RunRecord, step: FanOut) -> list[str]:
     return [i for i, t in record.tickets.items() if t.status is step.takes]
 

@@ -10,7 +10,9 @@ shared volume, and `resume` rebuilds these keys from it, so each key carries a T
     tg:run:<run_id>:<attempt>:<phase>:total     int: tickets in the phase
     tg:run:<run_id>:<attempt>:<phase>:handoff   hash: ticket -> what its task handed on
     tg:run:<run_id>:<attempt>:<phase>:first     list: the tickets the phase started with
-    tg:run:<run_id>:<attempt>:<phase>:fired     flag: the phase's barrier was sent
+    tg:run:<run_id>:<attempt>:<phase>:fired     time the phase's barrier was sent
+    tg:run:<run_id>:<attempt>:<phase>:taken     flag: the barrier's task started
+    tg:run:<run_id>:<attempt>:<phase>:sent      hash: ticket -> time its task was sent
     tg:run:<run_id>:<attempt>:<phase>:owner:<t> the delivery that holds ticket t
 """
 

@@ -50,6 +50,10 @@ from workers.trace import now_iso
 # How often the waiting CLI looks at run.json when no event came: a lost event (a Redis
 # restart) costs at most this long, and a quiet run costs one small file read per period.
 CHECK_EVERY_S = 1.0
+# A task message sent this many visibility timeouts ago that no worker took was lost (kombu
+# pops a message before recording it as unacknowledged: a worker killed in between loses
+# it). The waiting CLI sends such tickets again; a duplicate is absorbed by `hold`.
+LOST_AFTER_TIMEOUTS = 2
 
 Event = dict[str, Any]
 
@@ -296,10 +300,15 @@ def _submit_and_wait(
 
     _through_outage(submit, window, "submitting the run", settings)
     deadline = time.monotonic() + settings.run_timeout_s
+    lost_after = LOST_AFTER_TIMEOUTS * settings.visibility_timeout_s
+    next_sweep = time.monotonic() + lost_after
     while True:
         held.renew()
         try:
             event = dispatch.next_event(r, store.run_id, CHECK_EVERY_S)
+            if time.monotonic() >= next_sweep:
+                graph.sweep(r, store, attempt, lost_after)
+                next_sweep = time.monotonic() + lost_after / 4
         except outage.BROKER_ERRORS:
             _after_outage(r, store, attempt, window, settings)
             continue

@@ -140,6 +140,11 @@ def _per_ticket(
     return {"ticket": ticket_id, "status": status}
 
 
+def _take_barrier(run_dir: str, attempt: str, after: graph.FanOut) -> None:
+    phase = dispatch.Phase(RunStore(Path(run_dir)).run_id, attempt, after.phase)
+    _broker(lambda: dispatch.take_barrier(_redis(), phase), "taking a barrier")
+
+
 @app.task(name="orchestrator.route")
 def route(run_dir: str, attempt: str) -> dict[str, int]:
     """Classify every claimed ticket with one model call, then fan the drafts out."""
@@ -176,6 +181,7 @@ def draft(self: Task, run_dir: str, attempt: str, ticket_id: str) -> dict[str, s
 @app.task(name="orchestrator.merge")
 def merge(run_dir: str, attempt: str) -> dict[str, int]:
     """Publish drafts to out/, then fan the reviews out (unless the run stops here)."""
+    _take_barrier(run_dir, attempt, graph.DRAFT)
     return _then_fan_out(run_dir, attempt, "merge", nodes.merge, graph.REVIEW)
 
 
@@ -188,6 +194,7 @@ def review(self: Task, run_dir: str, attempt: str, ticket_id: str) -> dict[str, 
 @app.task(name="orchestrator.report")
 def report(run_dir: str, attempt: str) -> dict[str, int]:
     """Render the report, record the exit code, and tell the waiting CLI."""
+    _take_barrier(run_dir, attempt, graph.REVIEW)
     code = _whole_run(run_dir, nodes.finish_report)
     run_id = RunStore(Path(run_dir)).run_id
     _broker(lambda: dispatch.publish(_redis(), run_id, "run_end", exit_code=code), "ending a run")

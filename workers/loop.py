@@ -7,6 +7,7 @@ same path. State is saved after every step; a killed run resumes without paying 
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -178,7 +179,9 @@ def _execute(state: RunState, h: Harness, call: ToolCall, tool: Tool, args: Base
     if not tool.read_only:
         state.started_calls.append(call.id)
         _save(state, h)
-    h.tracer.emit("tool_start", tool=tool.name, args=call.function.arguments, call_id=call.id)
+    h.tracer.emit(
+        "tool_start", tool=tool.name, args=call.function.arguments, call_id=call.id, pid=os.getpid()
+    )
     started = time.perf_counter()
     ctx = ToolContext(
         cancel=h.cancel,

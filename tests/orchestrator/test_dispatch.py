@@ -113,3 +113,26 @@ def test_racing_processes_hand_each_ticket_out_once_and_fire_the_barrier_once(
     assert sorted(t for t, _n, _b in finished) == ids  # every ticket finished exactly once
     assert sorted(first + handed) == ids  # and was started exactly once
     assert [b for _t, _n, b in finished].count(True) == 1
+
+
+def test_a_sweep_finds_what_was_sent_and_never_taken(r: redis.Redis) -> None:
+    """T-0 was taken (held) and T-1 finished; T-2 was sent and never taken: lost. Once every
+    ticket is done, a barrier that nobody took is lost too; a taken one is not."""
+    assert dispatch.start(r, PHASE, ["T-0", "T-1", "T-2"], 3) == ["T-0", "T-1", "T-2"]
+    assert dispatch.sweep(r, PHASE, 3600) == dispatch.Lost([], barrier=False)  # too recent
+    assert dispatch.hold(r, PHASE, "T-0", "d0", 60)
+    dispatch.advance(r, PHASE, "T-1")
+    assert dispatch.sweep(r, PHASE, 0) == dispatch.Lost(["T-2"], barrier=False)
+    dispatch.advance(r, PHASE, "T-0")
+    dispatch.advance(r, PHASE, "T-2")
+    assert dispatch.sweep(r, PHASE, 0) == dispatch.Lost([], barrier=True)
+    dispatch.take_barrier(r, PHASE)
+    assert dispatch.sweep(r, PHASE, 0) == dispatch.Lost([], barrier=False)
+
+
+def test_a_restarted_broker_without_its_data_is_noticed_not_fired(r: redis.Redis) -> None:
+    """After FLUSHALL (a restart without persistence) a finishing ticket must not fire the
+    barrier as if it were the last: the phase is reported lost."""
+    dispatch.start(r, PHASE, ["T-0", "T-1"], 2)
+    r.flushall()
+    assert dispatch.advance(r, PHASE, "T-0") == dispatch.Handoff(None, False, lost=True)

@@ -1,0 +1,325 @@
+"""`python -m bench.soak`: the crash soak. SIGKILL a worker process at random points of real
+distributed runs and count what that cost.
+
+Each trial is the demo workspace (its billing worker also files a refund with the
+`request_refund` write tool) run by `ticketgraph run` on a private Redis with two
+`ticketgraph worker` processes (one process of two threads each; a killed one is restarted
+by its parent), the scripted provider answering every call in 0.8 s. Once per trial, one
+worker process is SIGKILLed at a point that cycles through:
+
+  model   a process with a task running, while drafting model calls are in flight
+  write   the process that just traced `tool_start` of request_refund (the kill lands
+          between the write tool's start and its recorded result, or just after)
+  review  a process with a task running, once the review node has started
+
+and the trial counts: tickets left without a verdict (lost: must be 0), refund effects
+done twice for one call (must be 0), verdicts that differ from the reference run, and the
+gap between the requests the provider served and the calls the run recorded (at most the
+requests in flight at the kill, which were paid and then lost with the process).
+
+The visibility timeout is 6 s here (default 30 s) so a trial takes seconds, not a minute.
+`--trials 30` is the full soak (about 6 minutes); the test suite runs 3.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import subprocess
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from celery import Celery
+
+from bench.services import Provider, Workers, WorkerSpec, child_env, ticketgraph
+from orchestrator.redis_server import RedisServer
+from orchestrator.workspace import DEMO_SCENARIOS, init_demo
+
+POINTS = ("model", "write", "review")
+LATENCY_MS = 800
+VISIBILITY_S = "6"
+TRIAL_TIMEOUT_S = 180.0
+REFERENCE = {
+    "T-1001": "pass",
+    "T-1002": "pass",
+    "T-1003": "pass",
+    "T-1004": "needs_human",
+    "T-1005": "pass",
+    "T-1006": "pass",
+}
+REFUND = {"order_id": "A-77301", "amount_cents": 39900, "reason": "duplicate charge"}
+
+
+@dataclass
+class Trial:
+    """What one killed run cost."""
+
+    index: int
+    point: str
+    killed: bool
+    in_flight_at_kill: int
+    exit_code: int | None
+    lost: int
+    wrong_verdicts: int
+    refunds: int
+    refunds_twice: int
+    write_interrupted: bool
+    served: int
+    recorded: int
+    seconds: float
+
+    @property
+    def gap(self) -> int:
+        """Requests the provider served that the run never recorded (paid, then lost)."""
+        return self.served - self.recorded
+
+
+def soak_scripts() -> list[dict[str, Any]]:
+    """The demo's scripts, every call 0.8 s, T-1001's worker filing a refund in turn 2."""
+    scripts = yaml.safe_load((init_source() / DEMO_SCENARIOS).read_text())
+    for script in scripts:
+        script["latency_ms"] = LATENCY_MS
+    t1001 = next(s for s in scripts if s["name"] == "T-1001#1")
+    refund = {"id": "call_r1", "name": "request_refund", "arguments": REFUND}
+    t1001["replies"].insert(
+        1, {"tool_calls": [refund], "usage": {"prompt_tokens": 900, "completion_tokens": 40}}
+    )
+    return list(scripts)
+
+
+def init_source() -> Path:
+    """The packaged demo workspace."""
+    return Path(__file__).resolve().parents[1] / "orchestrator" / "demo"
+
+
+def run_trials(trials: int, folder: Path, seed: int = 7) -> list[Trial]:
+    """`trials` killed runs on one Redis, provider and pair of workers."""
+    rng = random.Random(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    scenario = folder / "soak.yaml"
+    scenario.write_text(yaml.safe_dump(soak_scripts(), sort_keys=False, allow_unicode=True))
+    results = []
+    with RedisServer(tcp=True) as redis, Provider(scenario, folder / "provider.log") as llm:
+        env = child_env(
+            TICKETGRAPH_BROKER_URL=redis.url,
+            LLM_BASE_URL=llm.url,
+            TICKETGRAPH_VISIBILITY_TIMEOUT_S=VISIBILITY_S,
+            TICKETGRAPH_RESTORE_INTERVAL_S="1",
+        )
+        specs = [WorkerSpec("soak1", 1, 2), WorkerSpec("soak2", 1, 2)]
+        with Workers(specs, env, folder / "workers") as workers:
+            for index in range(trials):
+                point = POINTS[index % len(POINTS)]
+                trial = _trial(index, point, folder / f"t{index:02d}", env, llm, workers, rng)
+                results.append(trial)
+                print(_line(trial), flush=True)
+    return results
+
+
+def _trial(
+    index: int,
+    point: str,
+    folder: Path,
+    env: dict[str, str],
+    llm: Provider,
+    workers: Workers,
+    rng: random.Random,
+) -> Trial:
+    workspace = folder / "demo"
+    init_demo(workspace)
+    before = llm.stats(reset=True)["requests"]
+    started = time.monotonic()
+    log = folder / "run.log"
+    with log.open("w") as out:
+        run = subprocess.Popen(
+            ticketgraph("run"), cwd=workspace, env=env, stdout=out, stderr=subprocess.STDOUT
+        )
+    killed, in_flight = _kill(point, workspace, env["TICKETGRAPH_BROKER_URL"], llm, workers, rng)
+    try:
+        code: int | None = run.wait(TRIAL_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        run.kill()
+        code = None
+    return _count(index, point, killed, in_flight, code, workspace, llm, before, started)
+
+
+def _kill(
+    point: str,
+    workspace: Path,
+    broker: str,
+    llm: Provider,
+    workers: Workers,
+    rng: random.Random,
+) -> tuple[bool, int]:
+    """Wait for the trial's kill point, SIGKILL one worker process; (killed, in flight)."""
+    deadline = time.monotonic() + 60
+    trace = _Trace(workspace)
+    if point == "write":
+        # A busy poll: the write itself takes a millisecond or two (an fsync'd append).
+        refund = lambda e: e["event"] == "tool_start" and e["tool"] == "request_refund"  # noqa: E731
+        while time.monotonic() < deadline:
+            if (start := trace.find(refund)) is not None:
+                os.kill(start["pid"], signal.SIGKILL)
+                return True, llm.stats()["in_flight"]  # the killed calls stay open a while
+        return False, 0
+    if point == "model":
+        while time.monotonic() < deadline and not trace.find(lambda e: e["event"] == "routed"):
+            time.sleep(0.01)
+        time.sleep(rng.uniform(0.0, 1.5))
+    else:
+        review = lambda e: e["event"] == "node_start" and e.get("node") == "review"  # noqa: E731
+        while time.monotonic() < deadline and not trace.find(review):
+            time.sleep(0.01)
+        time.sleep(rng.uniform(0.0, 0.5))
+    busy = _busy_pids(broker) or _children(workers)
+    if not busy:
+        return False, 0
+    in_flight = llm.stats()["in_flight"]
+    os.kill(rng.choice(busy), signal.SIGKILL)
+    return True, in_flight
+
+
+class _Trace:
+    """The run's run.jsonl, read as it grows."""
+
+    def __init__(self, workspace: Path) -> None:
+        self.workspace, self.offset, self.events = workspace, 0, []  # type: ignore[var-annotated]
+        self.path: Path | None = None
+
+    def find(self, match: Callable[[dict[str, Any]], bool]) -> dict[str, Any] | None:
+        if self.path is None:
+            runs = sorted((self.workspace / "runs").glob("run-*/run.jsonl"))
+            if not runs:
+                return None
+            self.path = runs[-1]
+        with self.path.open("rb") as handle:
+            handle.seek(self.offset)
+            chunk = handle.read()
+        complete = chunk[: chunk.rfind(b"\n") + 1]
+        self.offset += len(complete)
+        self.events += [json.loads(line) for line in complete.splitlines() if line.strip()]
+        return next((e for e in reversed(self.events) if match(e)), None)
+
+
+def _busy_pids(broker: str) -> list[int]:
+    """PIDs of worker processes running a task, by Celery's remote control."""
+    control = Celery(broker=broker)
+    try:
+        active = control.control.inspect(timeout=0.5).active() or {}
+    finally:
+        control.close()
+    return sorted({t["worker_pid"] for tasks in active.values() for t in tasks})
+
+
+def _children(workers: Workers) -> list[int]:
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid in workers.pids:
+            found.append(int(proc.name))
+    return found
+
+
+def _count(
+    index: int,
+    point: str,
+    killed: bool,
+    in_flight: int,
+    code: int | None,
+    workspace: Path,
+    llm: Provider,
+    before: int,
+    started: float,
+) -> Trial:
+    state = json.loads((workspace / "run-state.json").read_text())
+    tickets = state["tickets"]
+    lost = sum(t["status"] not in ("pass", "needs_human") for t in tickets.values())
+    wrong = sum(tickets[i]["status"] != v for i, v in REFERENCE.items() if i in tickets)
+    run_dir = workspace / "runs" / state["run_id"]
+    actions = run_dir / "actions.jsonl"
+    lines = [json.loads(x) for x in actions.read_text().splitlines()] if actions.exists() else []
+    per_call = Counter((a["ticket"], a["call_id"]) for a in lines)
+    interrupted = any(
+        "interrupted before its result was recorded" in (m.get("content") or "")
+        for path in run_dir.glob("agents/T-1001.*.json")
+        for m in json.loads(path.read_text())["messages"]
+    )
+    recorded = sum(n["calls"] for n in state["nodes"].values())
+    return Trial(
+        index=index,
+        point=point,
+        killed=killed,
+        in_flight_at_kill=in_flight,
+        exit_code=code,
+        lost=lost,
+        wrong_verdicts=wrong,
+        refunds=len(lines),
+        refunds_twice=sum(c > 1 for c in per_call.values()),
+        write_interrupted=interrupted,
+        served=llm.stats()["requests"] - before,
+        recorded=recorded,
+        seconds=round(time.monotonic() - started, 1),
+    )
+
+
+def _line(t: Trial) -> str:
+    return (
+        f"trial {t.index:2d} {t.point:6s} killed={t.killed!s:5s} exit={t.exit_code} "
+        f"lost={t.lost} wrong={t.wrong_verdicts} refunds={t.refunds} twice={t.refunds_twice} "
+        f"write_interrupted={t.write_interrupted!s:5s} served={t.served} recorded={t.recorded} "
+        f"gap={t.gap} in_flight_at_kill={t.in_flight_at_kill} {t.seconds}s"
+    )
+
+
+def summary(trials: list[Trial]) -> dict[str, Any]:
+    """Totals over all trials, the figures RELIABILITY.md records."""
+    return {
+        "trials": len(trials),
+        "killed": sum(t.killed for t in trials),
+        "by_point": dict(Counter(t.point for t in trials if t.killed)),
+        "lost_tickets": sum(t.lost for t in trials),
+        "refunds_done_twice": sum(t.refunds_twice for t in trials),
+        "writes_interrupted_mid_call": sum(t.write_interrupted for t in trials),
+        "wrong_verdicts": sum(t.wrong_verdicts for t in trials),
+        "exit_codes": dict(Counter(str(t.exit_code) for t in trials)),
+        "paid_not_recorded": sum(t.gap for t in trials),
+        "gap_over_in_flight": sum(t.gap > t.in_flight_at_kill for t in trials),
+        "median_trial_s": sorted(t.seconds for t in trials)[len(trials) // 2] if trials else 0,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The command line."""
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.soak", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("--trials", type=int, default=30)
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--folder", type=Path, default=Path("/tmp/ticketgraph-soak"))
+    parser.add_argument("--json", type=Path, help="write every trial and the summary here")
+    args = parser.parse_args(argv)
+    trials = run_trials(args.trials, args.folder, args.seed)
+    totals = summary(trials)
+    print(json.dumps(totals, indent=2))
+    if args.json:
+        data = {"summary": totals, "trials": [asdict(t) | {"gap": t.gap} for t in trials]}
+        args.json.write_text(json.dumps(data, indent=2))
+    bad = totals["lost_tickets"] or totals["refunds_done_twice"] or totals["gap_over_in_flight"]
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,26 @@
+"""The crash soak, small: three distributed runs, each with a worker process SIGKILLed at
+one of the three kill points (during a model call, inside the refund write, during review).
+`python -m bench.soak --trials 30` is the full soak; its figures are in RELIABILITY.md."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bench.soak import POINTS, run_trials, summary
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_killed_workers_lose_no_ticket_and_repeat_no_write(tmp_path: Path) -> None:
+    trials = run_trials(len(POINTS), tmp_path)
+    totals = summary(trials)
+    assert totals["killed"] == len(POINTS), totals  # every trial reached its kill point
+    assert totals["lost_tickets"] == 0, totals
+    assert totals["refunds_done_twice"] == 0, totals
+    assert totals["wrong_verdicts"] == 0, totals
+    assert totals["exit_codes"] == {"1": len(POINTS)}, totals
+    # What a kill costs: the calls in flight in the killed process, paid and never recorded.
+    for trial in trials:
+        assert 0 <= trial.gap <= trial.in_flight_at_kill, trial
