@@ -247,7 +247,10 @@ def _count(
     state = json.loads((workspace / "run-state.json").read_text())
     tickets = state["tickets"]
     lost = sum(t["status"] not in ("pass", "needs_human") for t in tickets.values())
-    wrong = sum(tickets[i]["status"] != v for i, v in REFERENCE.items() if i in tickets)
+    expected = dict(REFERENCE)
+    if any(t.get("stop") == "write_unsure" for t in tickets.values()):
+        expected["T-1001"] = "needs_human"  # its refund was cut off: a person must check
+    wrong = sum(tickets[i]["status"] != v for i, v in expected.items() if i in tickets)
     run_dir = workspace / "runs" / state["run_id"]
     actions = run_dir / "actions.jsonl"
     lines = [json.loads(x) for x in actions.read_text().splitlines()] if actions.exists() else []

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from orchestrator.records import RunConfig, StepUsage
@@ -31,6 +31,7 @@ class AgentResult:
     usage: StepUsage
     retryable: bool = False
     stopped_by: str | None = None  # why a cancelled run stopped (time_limit, ...)
+    unsure_writes: list[str] = field(default_factory=list)  # interrupted writes: check them
 
     @property
     def stop(self) -> str:
@@ -84,6 +85,7 @@ def run_agent(
         ),
         retryable=state.retryable or stopped_by == TIME_LIMIT,
         stopped_by=stopped_by,
+        unsure_writes=list(state.unsure_calls),
     )
 
 

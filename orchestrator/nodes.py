@@ -141,14 +141,22 @@ def draft(ctx: Context, ticket_id: str) -> str:
             ctx, ticket_id, "fanout", error, handler, result.usage, result.retryable, result.stop
         )
     trace.emit("worker_done", round=1, calls=result.usage.calls, tokens=result.usage.tokens)
-    return _drafted(ctx, ticket_id, result.text or "", handler, result.usage)
+    return _drafted(ctx, ticket_id, result.text or "", handler, result.usage, result.unsure_writes)
 
 
-def _drafted(ctx: Context, ticket_id: str, text: str, handler: str, usage: StepUsage) -> str:
+def _drafted(
+    ctx: Context,
+    ticket_id: str,
+    text: str,
+    handler: str,
+    usage: StepUsage,
+    unsure_writes: list[str] | None = None,
+) -> str:
     """Leave the draft in the run folder for merge, and mark the ticket drafted."""
     atomic.write_text(ctx.store.draft_path(ticket_id), text.strip() + "\n")
     ticket = ctx.store.ticket(ticket_id)
     ticket.handler, ticket.draft, ticket.status = handler, usage, TicketStatus.DRAFTED
+    ticket.unsure_writes = list(unsure_writes or [])
     ctx.store.save_ticket(ticket_id, ticket)
     return ticket.status.value
 
@@ -251,6 +259,13 @@ def review(ctx: Context, ticket_id: str) -> str:
     ticket = loop.ticket
     ticket.file = f"out/{ticket_id}.txt"
     ticket.gate_rounds, ticket.gate_reports, ticket.stop = loop.rounds, loop.reports, outcome.stop
+    if outcome.stop == "gate_pass" and ticket.unsure_writes:
+        # The reply may say a refund was filed that a crash cut off: a person checks.
+        calls = ", ".join(ticket.unsure_writes)
+        outcome = Outcome(
+            "write_unsure", f"a write tool call was cut off by a crash ({calls}): check it"
+        )
+        ticket.stop = outcome.stop
     passed = outcome.stop == "gate_pass"
     ticket.status = TicketStatus.PASS if passed else TicketStatus.NEEDS_HUMAN
     ticket.one_line, ticket.review, ticket.error = (
@@ -313,6 +328,9 @@ class ReviewLoop:
         step = f"review-{self.rounds}"
         result = _worker(self.ctx, self.ticket_id, category, step, task, self.trace)
         self.usage = self.usage + result.usage
+        self.ticket.unsure_writes += [
+            c for c in result.unsure_writes if c not in self.ticket.unsure_writes
+        ]
         if not result.ok:
             return result
         self.trace.emit(

@@ -96,6 +96,8 @@ class TicketRecord(BaseModel):
     encoding: str | None = None  # as the file was decoded
     error: str | None = None
     retryable: bool = False  # its failure may pass on a retry (provider down, a crash)
+    # Write tool calls interrupted by a crash before their result: maybe done, never redone.
+    unsure_writes: list[str] = []
     draft: StepUsage = StepUsage()
     review: StepUsage = StepUsage()
 

@@ -61,7 +61,7 @@ def render(record: RunRecord) -> str:
     lines = [*node_table(record), "", *ticket_table(record), ""]
     lines.append(f"out/: {published} replies; need a human: {len(needs_human)} ticket{plural}")
     for ticket_id, t in needs_human:
-        detail = t.one_line if t.stop not in FAILED_STOPS else f"error: {t.error}"
+        detail = f"error: {t.error}" if t.stop in FAILED_STOPS or t.error else t.one_line
         lines.append(f"  - {ticket_id} ({t.stop or t.status.value}): {detail}")
     if record.rejected:
         lines.append(f"quarantine/: {len(record.rejected)} files that are not tickets")

@@ -168,6 +168,9 @@ def _answer(state: RunState, h: Harness, call: ToolCall) -> str:
         return earlier
     if call.id in state.started_calls and not tool.read_only:
         # A write that started before a crash may have happened; running it again might do it twice.
+        if call.id not in state.unsure_calls:
+            state.unsure_calls.append(call.id)
+        h.tracer.emit("write_unsure", tool=name, call_id=call.id)
         return (
             f"Error: an earlier attempt of this {name} call was interrupted before its result "
             "was recorded; it may have taken effect. Check before calling it again."

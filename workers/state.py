@@ -85,6 +85,9 @@ class RunState(BaseModel):
     approved: list[str] = []
     rejected: dict[str, str] = {}
     started_calls: list[str] = []
+    # Writes that started before a crash and left no result: they may or may not have
+    # happened, and are never run again; a person should check them.
+    unsure_calls: list[str] = []
     error: str | None = None
     retryable: bool = False  # a `failed` exit that asking again later may fix
     output: str | None = None
