@@ -5,6 +5,7 @@ It knows the wire format of OpenAI-compatible servers and nothing about scripts.
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -14,16 +15,25 @@ from typing import Any
 
 import httpx
 from pydantic import BaseModel, ValidationError
+from tenacity import (
+    RetryCallState,
+    Retrying,
+    retry_if_exception,
+    stop_after_attempt,
+    stop_after_delay,
+    wait_random_exponential,
+)
 
 from workers.cancel import CancelToken
 from workers.errors import Cancelled, ProviderError
 from workers.settings import HarnessSettings
 from workers.state import Message
+from workers.tokens import count
 from workers.usage import Usage
 
-RETRYABLE = {429, 503}
 KEEPALIVE_S = 2.0
 MAX_RETRY_WAIT_S = 30.0
+FIRST_RETRY_WAIT_S = 0.5
 # How often a caller waiting on a request looks at its cancel token.
 CANCEL_POLL_S = 0.25
 
@@ -71,21 +81,42 @@ class ModelClient:
         tools: list[dict[str, Any]],
         cancel: CancelToken | None = None,
     ) -> ModelReply:
-        """Ask for the next assistant message; `Cancelled` the moment `cancel` is set, even
-        mid-request (the request is abandoned: the server may still bill it)."""
+        """Ask for the next assistant message.
+
+        Transient failures (408, 409, 429, 5xx, refused or reset connections, timeouts, a
+        malformed body) are retried with exponential backoff and full jitter, honouring
+        `Retry-After`, at most `max_retries` times and within `retry_max_s`. `Cancelled` the
+        moment `cancel` is set, even mid-request or mid-wait (an abandoned request may still
+        be billed by the server).
+        """
         body: dict[str, Any] = {"model": model, "messages": [m.wire() for m in messages]}
         if tools:
             body["tools"] = tools
-        for attempt in range(self.settings.max_retries + 1):
-            response = self._post(body) if cancel is None else self._post_until(body, cancel)
-            if response.status_code not in RETRYABLE or attempt == self.settings.max_retries:
-                break
-            wait = _retry_wait(response, attempt)
-            if cancel is None:
-                time.sleep(wait)
-            else:
-                cancel.sleep(wait)
-        return _parse(response)
+        retrying = Retrying(
+            retry=retry_if_exception(lambda e: isinstance(e, ProviderError) and e.retryable),
+            wait=_wait,
+            stop=stop_after_attempt(self.settings.max_retries + 1)
+            | stop_after_delay(self.settings.retry_max_s),
+            sleep=cancel.sleep if cancel is not None else time.sleep,
+            reraise=True,
+        )
+        return retrying(self._once, body, messages, tools, cancel)
+
+    def _once(
+        self,
+        body: dict[str, Any],
+        messages: list[Message],
+        tools: list[dict[str, Any]],
+        cancel: CancelToken | None,
+    ) -> ModelReply:
+        response = self._post(body) if cancel is None else self._post_until(body, cancel)
+        return _parse(response, self.where, messages, tools)
+
+    @property
+    def where(self) -> str:
+        """The endpoint, without credentials, for messages."""
+        url = httpx.URL(self.settings.base_url or "")
+        return str(url.copy_with(username=None, password=None, query=None)).rstrip("/")
 
     def _post_until(self, body: dict[str, Any], cancel: CancelToken) -> httpx.Response:
         """`_post` on a helper thread, so that a cancel does not wait for the reply."""
@@ -99,12 +130,19 @@ class ModelClient:
                     raise Cancelled(cancel.reason or "cancelled") from None
 
     def _post(self, body: dict[str, Any]) -> httpx.Response:
+        url = f"{self.where}/chat/completions"
         try:
             return self.http.post("chat/completions", json=body)
         except httpx.TimeoutException as exc:
-            raise ProviderError(f"model request timed out: {exc!r}") from exc
+            raise ProviderError(
+                f"no answer from {url} in time ({type(exc).__name__}); a slow model may need a "
+                f"longer LLM_READ_TIMEOUT_S (now {self.settings.read_timeout_s:g} s)"
+            ) from exc
         except httpx.HTTPError as exc:
-            raise ProviderError(f"model request failed: {exc!r}") from exc
+            raise ProviderError(
+                f"cannot reach {url}: {exc or type(exc).__name__}; check LLM_BASE_URL and that "
+                "the server is up"
+            ) from exc
 
 
 _pools: dict[int, ThreadPoolExecutor] = {}
@@ -123,42 +161,94 @@ def _requests() -> ThreadPoolExecutor:
         return pool
 
 
-def _retry_wait(response: httpx.Response, attempt: int) -> float:
-    try:
-        wait = float(response.headers.get("retry-after", ""))
-    except ValueError:
-        wait = 0.5 * 2**attempt
-    return min(max(wait, 0.0), MAX_RETRY_WAIT_S)
+def _wait(state: RetryCallState) -> float:
+    """Retry-After when the server sent one, else exponential backoff with full jitter."""
+    exc = state.outcome.exception() if state.outcome is not None else None
+    after = getattr(exc, "retry_after", None)
+    if after is not None:
+        return float(min(max(after, 0.0), MAX_RETRY_WAIT_S))
+    jitter = wait_random_exponential(multiplier=FIRST_RETRY_WAIT_S, max=MAX_RETRY_WAIT_S)
+    return float(jitter(state))
 
 
-def _parse(response: httpx.Response) -> ModelReply:
+def _parse(
+    response: httpx.Response, where: str, messages: list[Message], tools: list[dict[str, Any]]
+) -> ModelReply:
     if response.status_code != 200:
-        raise ProviderError(
-            f"model endpoint answered HTTP {response.status_code}: {_error_text(response)}",
-            status=response.status_code,
-        )
+        raise _http_error(response, where)
     try:
         data = response.json()
-        choice = data["choices"][0]
-        usage = data.get("usage") or {}
-        return ModelReply(
-            message=Message.model_validate({**choice["message"], "role": "assistant"}),
-            usage=Usage(
-                prompt_tokens=usage.get("prompt_tokens", 0),
-                completion_tokens=usage.get("completion_tokens", 0),
-            ),
-            finish_reason=choice.get("finish_reason"),
-            service_ms=_float_or_none(response.headers.get("x-service-ms")),
+    except ValueError as exc:
+        raise ProviderError(
+            f"{where} sent a body that is not JSON: {response.text[:200]!r}"
+        ) from exc
+    choices = data.get("choices") if isinstance(data, dict) else None
+    if not choices:
+        raise ProviderError(f"{where} sent a reply with no choices: {str(data)[:200]}")
+    try:
+        choice = choices[0]
+        message = Message.model_validate(_tolerant(choice.get("message") or {}))
+    except (AttributeError, TypeError, ValidationError) as exc:
+        raise ProviderError(f"{where} sent a malformed reply: {exc}") from exc
+    return ModelReply(
+        message=message,
+        usage=_usage(data.get("usage"), message, messages, tools),
+        finish_reason=choice.get("finish_reason"),
+        service_ms=_float_or_none(response.headers.get("x-service-ms")),
+    )
+
+
+def _tolerant(raw: dict[str, Any]) -> dict[str, Any]:
+    """The shape differences of real servers, smoothed: `content` null or missing, a tool
+    call without `type` or `id`, `arguments` as an object instead of a JSON string."""
+    message = {"role": "assistant", "content": raw.get("content")}
+    calls = []
+    for i, call in enumerate(raw.get("tool_calls") or []):
+        function = dict(call.get("function") or {})
+        arguments = function.get("arguments")
+        if arguments is None or arguments == "":
+            function["arguments"] = "{}"
+        elif not isinstance(arguments, str):
+            function["arguments"] = json.dumps(arguments)
+        calls.append({"id": call.get("id") or f"call_{i}", "function": function})
+    if calls:
+        message["tool_calls"] = calls
+    return message
+
+
+def _usage(
+    raw: Any, message: Message, messages: list[Message], tools: list[dict[str, Any]]
+) -> Usage:
+    """The server's usage, or our own count of the request and reply (marked estimated)."""
+    if isinstance(raw, dict) and ("prompt_tokens" in raw or "completion_tokens" in raw):
+        return Usage(
+            prompt_tokens=int(raw.get("prompt_tokens") or 0),
+            completion_tokens=int(raw.get("completion_tokens") or 0),
         )
-    except (ValueError, KeyError, IndexError, TypeError, ValidationError) as exc:
-        raise ProviderError(f"model endpoint sent a malformed reply: {exc!r}") from exc
+    prompt = json.dumps([m.wire() for m in messages]) + (json.dumps(tools) if tools else "")
+    reply = json.dumps(message.wire())
+    return Usage(prompt_tokens=count(prompt), completion_tokens=count(reply), estimated=True)
+
+
+def _http_error(response: httpx.Response, where: str) -> ProviderError:
+    status = response.status_code
+    hint = {
+        401: "check LLM_API_KEY",
+        403: "check LLM_API_KEY and what it may use",
+        404: "check LLM_BASE_URL (it usually ends in /v1) and the model name",
+    }.get(status, "")
+    text = f"{where} answered HTTP {status}: {_error_text(response)}"
+    error = ProviderError(f"{text}; {hint}" if hint else text, status=status)
+    error.retry_after = _float_or_none(response.headers.get("retry-after"))
+    return error
 
 
 def _error_text(response: httpx.Response) -> str:
     try:
         return str(response.json()["error"]["message"])
     except (ValueError, KeyError, TypeError):
-        return response.text[:300]
+        text = " ".join(response.text.split())  # an HTML error page, on one line
+        return text[:300] or "(empty body)"
 
 
 def _float_or_none(value: str | None) -> float | None:

@@ -26,6 +26,7 @@ class ProviderError(HarnessError):
     def __init__(self, message: str, status: int | None = None) -> None:
         super().__init__(message)
         self.status = status
+        self.retry_after: float | None = None  # seconds the server asked us to wait
 
     @property
     def retryable(self) -> bool:

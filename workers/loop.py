@@ -16,6 +16,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from workers import textcalls
 from workers.cancel import CancelToken
 from workers.client import ModelClient, ModelReply
 from workers.errors import Cancelled, PermanentToolError, ProviderError, ToolError
@@ -55,6 +56,9 @@ class Harness:
     tracer: Tracer = field(default_factory=lambda: Tracer(None, ""))
     cancel: CancelToken = field(default_factory=CancelToken)
     state_path: Path | None = None
+    # A reply whose text is a tool call (small models, servers without a tool-call parser)
+    # is run as that call; the trace says `parsed_from_text`.
+    tool_call_text_fallback: bool = True
 
 
 def run(state: RunState, h: Harness) -> RunState:
@@ -86,6 +90,15 @@ def run(state: RunState, h: Harness) -> RunState:
             state.retryable = exc.retryable
             return _stop(state, h, RunStatus.FAILED, error=str(exc))
         _record_reply(state, h, reply)
+        if reply.finish_reason in TRUNCATED and not reply.message.tool_calls:
+            if state.truncated:
+                error = (
+                    f"truncated: the reply was cut off twice (finish_reason {reply.finish_reason})"
+                )
+                return _stop(state, h, RunStatus.FAILED, error=error)
+            state.truncated += 1
+            state.messages.append(Message(role="user", content=TRUNCATED_NOTE))
+            _save(state, h)
 
 
 def _final_answer(state: RunState) -> str | None:
@@ -95,7 +108,24 @@ def _final_answer(state: RunState) -> str | None:
     return None
 
 
+TRUNCATED = ("length", "max_tokens")
+TRUNCATED_NOTE = (
+    "Your last reply was cut off before it ended. Answer again, completely and more briefly."
+)
+
+
 def _record_reply(state: RunState, h: Harness, reply: ModelReply) -> None:
+    if h.tool_call_text_fallback and not reply.message.tool_calls:
+        known = set(h.catalog.by_name)
+        if calls := textcalls.parse(reply.message.content, known, state.turns):
+            reply.message = Message(role="assistant", content=None, tool_calls=calls)
+            for call in calls:
+                h.tracer.emit(
+                    "tool_call_parsed",
+                    tool=call.function.name,
+                    call_id=call.id,
+                    parsed_from_text=True,
+                )
     # Money first: the turn is paid the moment the reply exists.
     state.cost_usd += cost(reply.usage, h.price)
     state.usage.add(reply.usage)
@@ -111,6 +141,7 @@ def _record_reply(state: RunState, h: Harness, reply: ModelReply) -> None:
         total_tokens=reply.usage.total_tokens,
         cost_usd=round(state.cost_usd, 8),
         finish=reply.finish_reason,
+        **({"estimated": True} if reply.usage.estimated else {}),
     )
 
 

@@ -19,5 +19,12 @@ class HarnessSettings(BaseSettings):
     api_key: str | None = None
     connect_timeout_s: float = 5.0
     read_timeout_s: float = 120.0
-    max_retries: int = Field(default=2, description="retries on 429/503, honouring Retry-After")
+    max_retries: int = Field(
+        default=2,
+        ge=0,
+        description="retries of 408/409/429, 5xx, refused/reset connections and timeouts",
+    )
+    retry_max_s: float = Field(
+        default=60.0, ge=0, description="retries stop once this much time has passed"
+    )
     prices: PriceTable = PriceTable()

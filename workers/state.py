@@ -88,6 +88,7 @@ class RunState(BaseModel):
     # Writes that started before a crash and left no result: they may or may not have
     # happened, and are never run again; a person should check them.
     unsure_calls: list[str] = []
+    truncated: int = 0  # replies cut off (finish_reason length) so far; a second one fails
     error: str | None = None
     retryable: bool = False  # a `failed` exit that asking again later may fix
     output: str | None = None

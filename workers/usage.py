@@ -10,6 +10,8 @@ class Usage(BaseModel):
 
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    # The reply carried no usage: these are our own o200k_base counts, so budgets still hold.
+    estimated: bool = False
 
     @property
     def total_tokens(self) -> int:
@@ -21,9 +23,12 @@ class RunUsage(Usage):
     """Tokens and calls a whole run has spent, summed over its replies."""
 
     requests: int = 0
+    estimated_requests: int = 0  # replies whose usage we counted ourselves
 
     def add(self, reply: Usage) -> None:
         """Add one reply's usage to the run's totals."""
         self.prompt_tokens += reply.prompt_tokens
         self.completion_tokens += reply.completion_tokens
         self.requests += 1
+        self.estimated_requests += reply.estimated
+        self.estimated = self.estimated or reply.estimated

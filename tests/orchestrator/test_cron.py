@@ -169,11 +169,12 @@ def test_resume_of_a_run_its_workers_still_run_waits_and_pays_nothing_more(
 def test_resume_after_a_provider_outage_pays_only_for_what_failed(
     demo: Path, cli: Cli, tmp_path: Path
 ) -> None:
-    """Two tickets' first call fails with a 500 (the provider was down for them): the run
-    ends with them worker_failed; resume retries those two only (2 turns each)."""
+    """Two tickets' first call fails with a 500 three times, the first try and both retries
+    (the provider was down for them): the run ends with them worker_failed; resume retries
+    those two only (2 turns each)."""
     scripts = demo_scripts()
     for name in ("T-1001#1", "T-1002#1"):
-        scripts = variant(scripts, name, faults=[{"turn": 0, "status": 500, "times": 1}])
+        scripts = variant(scripts, name, faults=[{"turn": 0, "status": 500, "times": 3}])
     with running_provider(write_scenarios(tmp_path / "s.yaml", scripts)) as url:
         first = cli("run", cwd=demo, env={"LLM_BASE_URL": url})
         failed = {i: t["stop"] for i, t in state(demo)["tickets"].items()}

@@ -1,0 +1,237 @@
+"""The model client over real HTTP: transient faults retried, permanent ones explained, and
+the reply shapes real OpenAI-compatible servers send, recorded here as fixtures."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from orchestrator.redis_server import free_port
+from workers.cancel import CancelToken
+from workers.client import ModelClient
+from workers.errors import Cancelled, ProviderError
+from workers.provider import running_provider
+from workers.settings import HarnessSettings
+from workers.state import Message
+
+HELLO = [Message(role="user", content="hello")]
+
+
+def _scripted(tmp: Path, faults: list[dict[str, Any]], latency_ms: float = 0) -> Path:
+    script = {
+        "name": "one",
+        "latency_ms": latency_ms,
+        "faults": faults,
+        "replies": [{"text": "hi", "usage": {"prompt_tokens": 3, "completion_tokens": 1}}],
+    }
+    path = tmp / "s.yaml"
+    path.write_text(yaml.safe_dump([script]))
+    return path
+
+
+def _client(url: str, **settings: Any) -> ModelClient:
+    return ModelClient(HarnessSettings(base_url=url, **settings))
+
+
+def _requests(url: str) -> int:
+    return int(httpx.get(url.replace("/v1", "/stats")).json()["requests"])
+
+
+@pytest.mark.parametrize("status", [408, 409, 429, 500, 502, 503, 504])
+def test_transient_statuses_are_retried(tmp_path: Path, status: int) -> None:
+    with running_provider(_scripted(tmp_path, [{"status": status, "times": 2}])) as url:
+        reply = _client(url).complete("m", HELLO, [])
+        assert reply.message.content == "hi"
+        assert _requests(url) == 3  # two failures, then the answer
+
+
+def test_retries_are_bounded_by_count_and_say_what_failed(tmp_path: Path) -> None:
+    with running_provider(_scripted(tmp_path, [{"status": 500}])) as url:
+        with pytest.raises(ProviderError, match="answered HTTP 500") as caught:
+            _client(url, max_retries=1).complete("m", HELLO, [])
+        assert _requests(url) == 2
+        assert caught.value.retryable and url in str(caught.value)
+
+
+def test_retry_after_is_honoured(tmp_path: Path) -> None:
+    with running_provider(
+        _scripted(tmp_path, [{"status": 429, "retry_after": 1, "times": 1}])
+    ) as url:
+        started = time.monotonic()
+        _client(url).complete("m", HELLO, [])
+        assert time.monotonic() - started >= 1.0  # a lower bound: the wait asked for
+
+
+@pytest.mark.parametrize(
+    ("status", "hint"),
+    [(401, "LLM_API_KEY"), (403, "LLM_API_KEY"), (404, "LLM_BASE_URL"), (400, "HTTP 400")],
+)
+def test_permanent_statuses_fail_at_once_and_say_what_to_check(
+    tmp_path: Path, status: int, hint: str
+) -> None:
+    with running_provider(_scripted(tmp_path, [{"status": status}])) as url:
+        with pytest.raises(ProviderError, match=hint) as caught:
+            _client(url).complete("m", HELLO, [])
+        assert _requests(url) == 1
+        assert not caught.value.retryable
+
+
+def test_a_refused_connection_names_the_url_and_is_retried() -> None:
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    with pytest.raises(ProviderError, match=r"cannot reach .*LLM_BASE_URL") as caught:
+        _client(url, max_retries=1).complete("m", HELLO, [])
+    assert url in str(caught.value) and caught.value.retryable
+
+
+def test_a_read_timeout_names_the_setting(tmp_path: Path) -> None:
+    with (
+        running_provider(_scripted(tmp_path, [], latency_ms=3000)) as url,
+        pytest.raises(ProviderError, match="LLM_READ_TIMEOUT_S"),
+    ):
+        _client(url, read_timeout_s=0.3, max_retries=1).complete("m", HELLO, [])
+
+
+def test_credentials_never_appear_in_messages() -> None:
+    url = f"http://user:s3cret@127.0.0.1:{free_port()}/v1"
+    with pytest.raises(ProviderError) as caught:
+        _client(url, max_retries=0).complete("m", HELLO, [])
+    assert "s3cret" not in str(caught.value)
+
+
+def test_a_cancel_stops_a_retry_wait_at_once(tmp_path: Path) -> None:
+    with running_provider(_scripted(tmp_path, [{"status": 429, "retry_after": 30}])) as url:
+        cancel = CancelToken()
+        cancel.cancel_after(0.3, "stop")
+        started = time.monotonic()
+        with pytest.raises(Cancelled):
+            _client(url).complete("m", HELLO, [], cancel=cancel)
+        assert time.monotonic() - started < 10  # not the 30 s the server asked for
+
+
+# --- reply shapes of real servers ------------------------------------------------------------
+
+
+class _Canned:
+    """A real HTTP server answering each POST with the next canned (status, body)."""
+
+    def __init__(self, bodies: list[Any]) -> None:
+        self.bodies = list(bodies)
+        canned = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                length = int(self.headers.get("content-length") or 0)
+                self.rfile.read(length)
+                body = canned.bodies.pop(0)
+                data = body if isinstance(body, bytes) else json.dumps(body).encode()
+                self.send_response(200)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *_args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def __enter__(self) -> _Canned:
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def canned() -> Iterator[type[_Canned]]:
+    yield _Canned
+
+
+# What llama.cpp's server sends for a tool call: content null, arguments as a string.
+LLAMA_CPP_TOOL_CALL = {
+    "choices": [
+        {
+            "finish_reason": "tool_calls",
+            "message": {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "type": "function",
+                        "id": "abc",
+                        "function": {"name": "read_file", "arguments": '{"path":"kb/a.md"}'},
+                    }
+                ],
+            },
+        }
+    ],
+    "usage": {"prompt_tokens": 50, "completion_tokens": 9, "total_tokens": 59},
+}
+# Ollama-style: arguments as an object, no `type`, finish_reason "stop" with calls present.
+OBJECT_ARGUMENTS = {
+    "choices": [
+        {
+            "finish_reason": "stop",
+            "message": {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [
+                    {"id": "c1", "function": {"name": "read_file", "arguments": {"path": "x"}}}
+                ],
+            },
+        }
+    ],
+    "usage": {"prompt_tokens": 10, "completion_tokens": 4},
+}
+NO_USAGE = {
+    "choices": [{"finish_reason": "stop", "message": {"role": "assistant", "content": "hi there"}}]
+}
+EMPTY_CHOICES = {"choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": 0}}
+
+
+def test_llama_cpp_tool_call_shape(canned: type[_Canned]) -> None:
+    with canned([LLAMA_CPP_TOOL_CALL]) as server:
+        reply = _client(server.url).complete("m", HELLO, [])
+    (call,) = reply.message.tool_calls or []
+    assert (call.function.name, json.loads(call.function.arguments)) == (
+        "read_file",
+        {"path": "kb/a.md"},
+    )
+    assert reply.usage.prompt_tokens == 50 and not reply.usage.estimated
+
+
+def test_arguments_as_an_object_and_no_type(canned: type[_Canned]) -> None:
+    with canned([OBJECT_ARGUMENTS]) as server:
+        reply = _client(server.url).complete("m", HELLO, [])
+    (call,) = reply.message.tool_calls or []
+    assert json.loads(call.function.arguments) == {"path": "x"} and call.type == "function"
+
+
+def test_a_reply_without_usage_is_counted_and_marked_estimated(canned: type[_Canned]) -> None:
+    with canned([NO_USAGE]) as server:
+        reply = _client(server.url).complete("m", HELLO, [])
+    assert reply.usage.estimated
+    assert reply.usage.prompt_tokens > 0 and reply.usage.completion_tokens > 0
+
+
+def test_empty_choices_is_a_clear_provider_error(canned: type[_Canned]) -> None:
+    with canned([EMPTY_CHOICES]) as server, pytest.raises(ProviderError, match="no choices"):
+        _client(server.url, max_retries=0).complete("m", HELLO, [])
+
+
+def test_a_body_that_is_not_json_is_retried_then_explained(canned: type[_Canned]) -> None:
+    with canned([b"<html>bad gateway</html>", NO_USAGE]) as server:
+        reply = _client(server.url).complete("m", HELLO, [])
+    assert reply.message.content == "hi there"
