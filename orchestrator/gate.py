@@ -1,8 +1,33 @@
-"""The deterministic gate: plain string checks, the same answer every time, no model call."""
+"""The deterministic gate: plain string checks, the same answer every time, no model call.
+
+The seed's two checks (the ticket id is in the reply; no filler phrase) plus the ones real
+models need, each named in the gate report and each can be turned off (`[gate] off`):
+
+    echo               the reply repeats its prompt or the customer's text (half or more of
+                       its 5-word runs appear in the task it was given, or the prompt's own
+                       labels appear in it)
+    not_prose          the reply is JSON, a tool call or a code block, not a reply
+    length             shorter than `min_chars` or longer than `max_chars`
+    unsupported_fact   an order id or a money amount that is neither in the ticket nor in a
+                       tool result of the ticket's agent runs (a reply may repeat what the
+                       customer wrote; it may not invent a refund of 120.00)
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+CHECKS = ("echo", "not_prose", "length", "unsupported_fact")
+PROMPT_LABELS = ("ticket id:", "customer's text:")
+ECHO_SHARE = 0.5
+NGRAM = 5
+ORDER_ID = re.compile(r"\b[A-Z]{1,4}-\d{3,}\b")
+AMOUNT = re.compile(r"(?<![\d.,])\d{1,3}(?:[ ,.]\d{3})*[.,]\d{2}(?![\d])")
+NUMBER = re.compile(r"\d+(?:[.,]\d+)?")
+WORD = re.compile(r"\w+")
 
 
 @dataclass(frozen=True)
@@ -13,11 +38,105 @@ class GateResult:
     report: str
 
 
-def check(ticket_id: str, draft: str, filler_phrases: list[str]) -> GateResult:
-    """Fail a draft that lacks the ticket id or contains a filler phrase (case-insensitive)."""
+@dataclass(frozen=True)
+class Sources:
+    """What a reply may draw on: the task its worker was given, and every fact it saw."""
+
+    task: str = ""
+    facts: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Rules:
+    """The gate's settings (from `[gate]`)."""
+
+    filler_phrases: list[str] = field(default_factory=list)
+    off: frozenset[str] = frozenset()
+    min_chars: int = 40
+    max_chars: int = 4000
+
+
+def check(
+    ticket_id: str,
+    draft: str,
+    filler_phrases: list[str],
+    sources: Sources | None = None,
+    rules: Rules | None = None,
+) -> GateResult:
+    """Every problem of `draft`, in a fixed order; it passes when there is none."""
+    rules = rules or Rules(filler_phrases=filler_phrases)
     problems = []
     if ticket_id not in draft:
         problems.append("missing_ticket_id")
     lowered = draft.lower()
     problems += [f"filler_word:{p}" for p in filler_phrases if p.lower() in lowered]
+    on = [c for c in CHECKS if c not in rules.off]
+    if "echo" in on and sources is not None and _echoes(draft, sources.task):
+        problems.append("echo")
+    if "not_prose" in on and _not_prose(draft):
+        problems.append("not_prose")
+    if "length" in on:
+        size = len(draft.strip())
+        if size < rules.min_chars:
+            problems.append(f"too_short:{size}<{rules.min_chars}")
+        elif size > rules.max_chars:
+            problems.append(f"too_long:{size}>{rules.max_chars}")
+    if "unsupported_fact" in on and sources is not None:
+        problems += [f"unsupported_fact:{f}" for f in _unsupported(ticket_id, draft, sources)]
     return GateResult(passed=not problems, report=" | ".join(problems))
+
+
+def _echoes(draft: str, task: str) -> bool:
+    lowered = draft.lower()
+    if any(label in lowered for label in PROMPT_LABELS):
+        return True
+    grams = _ngrams(draft)
+    if not grams or not task:
+        return False
+    seen = set(_ngrams(task))
+    return sum(g in seen for g in grams) / len(grams) >= ECHO_SHARE
+
+
+def _ngrams(text: str) -> list[tuple[str, ...]]:
+    words = WORD.findall(text.lower())
+    return [tuple(words[i : i + NGRAM]) for i in range(len(words) - NGRAM + 1)]
+
+
+def _not_prose(draft: str) -> bool:
+    text = draft.strip()
+    if "<tool_call>" in text or text.startswith("```"):
+        return True
+    if text[:1] in "{[":
+        try:
+            json.loads(text)
+        except ValueError:
+            return False
+        return True
+    return False
+
+
+def _unsupported(ticket_id: str, draft: str, sources: Sources) -> list[str]:
+    known = "\n".join(sources.facts)
+    ids = {i for i in ORDER_ID.findall(draft) if i != ticket_id and i not in known}
+    numbers = set(_numbers(NUMBER.findall(known)))
+    amounts = [a for a in AMOUNT.findall(draft) if _cents(a) not in numbers]
+    return sorted(ids) + sorted(set(amounts))
+
+
+def _cents(amount: str) -> int:
+    """399.00, 399,00 and 1.399,00 as cents."""
+    digits = re.sub(r"[^\d]", "", amount)
+    return int(digits)
+
+
+def _numbers(found: Iterable[str]) -> Iterable[int]:
+    """Every number of the sources as cents: 39900 (cents already) and 399 / 399.00 (units)."""
+    for raw in found:
+        whole = raw.replace(",", ".")
+        try:
+            value = float(whole)
+        except ValueError:
+            continue
+        if value.is_integer():
+            yield int(value)  # a field in cents, e.g. amount_cents: 39900
+        yield round(value * 100)  # units, e.g. 399 or 399.00

@@ -9,6 +9,7 @@ single-writer steps (route, merge, report) read every record and materialise run
 from __future__ import annotations
 
 import functools
+import json
 import re
 import time
 from dataclasses import dataclass, field
@@ -298,9 +299,31 @@ class ReviewLoop:
         self.rounds, self.usage = 0, StepUsage()
         self.reports: list[str] = []
 
+    @functools.cached_property
+    def sources(self) -> gate.Sources:
+        """What the draft may draw on: its task, the ticket, and every tool result the
+        ticket's agent runs got."""
+        ticket_text = self.ctx.ticket_text(self.ticket_id)
+        facts = [ticket_text]
+        for path in sorted((self.ctx.store.dir / "agents").glob(f"{self.ticket_id}.*.json")):
+            try:
+                messages = json.loads(path.read_text(encoding="utf-8")).get("messages", [])
+            except (OSError, ValueError):
+                continue
+            facts += [m.get("content") or "" for m in messages if m.get("role") == "tool"]
+        return gate.Sources(task=prompts.draft_input(self.ticket_id, ticket_text), facts=facts)
+
     def check(self) -> gate.GateResult:
         """Gate the current text and trace the verdict of this round."""
-        result = gate.check(self.ticket_id, self.text, self.config.filler_phrases)
+        rules = gate.Rules(
+            filler_phrases=self.config.filler_phrases,
+            off=frozenset(self.config.gate_off),
+            min_chars=self.config.min_chars,
+            max_chars=self.config.max_chars,
+        )
+        result = gate.check(
+            self.ticket_id, self.text, self.config.filler_phrases, self.sources, rules
+        )
         self.trace.emit("gate", round=self.rounds, **{"pass": result.passed}, report=result.report)
         return result
 

@@ -109,6 +109,9 @@ class RunConfig(BaseModel):
     pool_size: int
     max_rounds: int
     filler_phrases: list[str]
+    gate_off: list[str] = []
+    min_chars: int = 40
+    max_chars: int = 4000
     model: str
     max_turns: int
     budget_usd: float | None

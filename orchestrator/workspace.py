@@ -10,6 +10,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from orchestrator import gate
 from orchestrator.errors import ConfigError
 from orchestrator.sandbox import root_problem
 
@@ -61,6 +62,17 @@ class GateConfig(_Table):
         "thank you for your patience",
         "we will resolve this soon",
     ]
+    off: list[str] = Field(default_factory=list, description="gate checks turned off")
+    min_chars: int = Field(default=40, ge=0)
+    max_chars: int = Field(default=4000, ge=1)
+
+    @field_validator("off")
+    @classmethod
+    def _known_checks(cls, off: list[str]) -> list[str]:
+        unknown = sorted(set(off) - set(gate.CHECKS))
+        if unknown:
+            raise ValueError(f"unknown checks {unknown}; the checks are {', '.join(gate.CHECKS)}")
+        return off
 
 
 class HarnessConfig(_Table):

@@ -14,9 +14,12 @@ FILLER = ["please wait a moment", "we will resolve this soon"]
 
 
 def test_gate_reports_each_problem_in_a_stable_order() -> None:
-    assert gate.check("T-1", "Ticket T-1: done.", FILLER) == gate.GateResult(True, "")
+    done = "Ticket T-1: your export is fixed; run it again from the reports page."
+    assert gate.check("T-1", done, FILLER) == gate.GateResult(True, "")
     missing = gate.check("T-1", "Done. Please wait a moment.", FILLER)
-    assert missing == gate.GateResult(False, "missing_ticket_id | filler_word:please wait a moment")
+    assert missing == gate.GateResult(
+        False, "missing_ticket_id | filler_word:please wait a moment | too_short:27<40"
+    )
 
 
 def test_router_output_is_clamped_to_known_categories(tmp_path: Path) -> None:
