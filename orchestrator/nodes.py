@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import functools
 import json
-import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from orchestrator import gate, ids, inbox, prompts, report
+from orchestrator import gate, ids, inbox, prompts, report, routing
 from orchestrator.agents import AgentResult, run_agent
 from orchestrator.errors import RouteFailed, RunStorageError
 from orchestrator.exit_codes import ExitCode
@@ -34,8 +33,7 @@ from workers.cancel import CancelToken
 from workers.settings import HarnessSettings
 from workers.trace import Tracer
 
-ROUTE_LINE = re.compile(r"^\s*([^\s:]+)\s*:\s*(\S+)\s*$")
-OTHER = "other"
+OTHER = routing.OTHER
 
 
 @dataclass
@@ -89,10 +87,13 @@ def route(ctx: Context) -> list[str]:
             else "fix it, then resume with --retry-failed all"
         )
         raise RouteFailed(f"the router did not answer: {result.error} ({again})")
-    categories = _parse_routes(result.text or "", ids, config.categories, trace)
+    decisions = _decide_routes(result.text or "", ids, config.categories, trace)
+    categories = {i: d.category for i, d in decisions.items()}
     tickets = ctx.store.tickets()
-    for ticket_id, category in categories.items():
-        tickets[ticket_id].category, tickets[ticket_id].status = category, TicketStatus.ROUTED
+    for ticket_id, decision in decisions.items():
+        ticket = tickets[ticket_id]
+        ticket.category, ticket.status = decision.category, TicketStatus.ROUTED
+        ticket.routing, ticket.routed_as = decision.how, decision.raw
     atomic.write_many((ctx.store.record_path(i), t.model_dump_json()) for i, t in tickets.items())
     for ticket_id, category in categories.items():
         trace.emit("routed", ticket=ticket_id, category=category)
@@ -105,19 +106,22 @@ def route(ctx: Context) -> list[str]:
 
 
 def _parse_routes(text: str, ids: list[str], allowed: list[str], trace: Tracer) -> dict[str, str]:
-    """Only `<claimed id>: <category>` lines count; unknown labels are clamped to other."""
-    claimed = set(ids)
-    found: dict[str, str] = {}
-    for line in text.splitlines():
-        match = ROUTE_LINE.match(line)
-        if not match or match[1] not in claimed:
-            continue
-        ticket_id, raw = match[1], match[2]
-        category = raw if raw in allowed else OTHER
-        if category != raw:
-            trace.emit("clamped", ticket=ticket_id, raw=raw, category=category)
-        found[ticket_id] = category
-    return {ticket_id: found.get(ticket_id, OTHER) for ticket_id in ids}
+    """Claimed id -> category from the router's reply; how each was decided is traced."""
+    return {i: d.category for i, d in _decide_routes(text, ids, allowed, trace).items()}
+
+
+def _decide_routes(
+    text: str, ids: list[str], allowed: list[str], trace: Tracer
+) -> dict[str, routing.Decision]:
+    routes = routing.parse(text, ids, allowed)
+    for ticket_id, decision in routes.decisions.items():
+        if decision.how == "clamped":
+            trace.emit("clamped", ticket=ticket_id, raw=decision.raw, category=decision.category)
+        elif decision.how == "missing":
+            trace.emit("route_missing", ticket=ticket_id, category=decision.category)
+    if routes.unclaimed:
+        trace.emit("unclaimed", tickets=routes.unclaimed)
+    return routes.decisions
 
 
 def draft(ctx: Context, ticket_id: str) -> str:

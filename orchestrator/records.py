@@ -84,6 +84,8 @@ class TicketRecord(BaseModel):
     """One ticket's record: the seed's fields plus where it came from and what it cost."""
 
     category: str | None = None
+    routing: str | None = None  # how the category was decided: matched, clamped, missing
+    routed_as: str | None = None  # the router's own label when it was clamped
     handler: str | None = None
     file: str | None = None
     one_line: str | None = None

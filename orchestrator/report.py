@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from orchestrator.records import FAILED_STOPS, RunRecord, TicketStatus
+from orchestrator.routing import OTHER
 
 NODE_ORDER = ("route", "fanout", "merge", "review")
 ONE_LINE_CHARS = 22
@@ -63,6 +64,12 @@ def render(record: RunRecord) -> str:
     for ticket_id, t in needs_human:
         detail = f"error: {t.error}" if t.stop in FAILED_STOPS or t.error else t.one_line
         lines.append(f"  - {ticket_id} ({t.stop or t.status.value}): {detail}")
+    guessed = [(i, t) for i, t in record.tickets.items() if t.routing in ("clamped", "missing")]
+    if guessed:
+        lines.append(f"routed to {OTHER} for want of a category: {len(guessed)}")
+        for ticket_id, t in guessed:
+            why = f"the router said {t.routed_as!r}" if t.routing == "clamped" else "not named"
+            lines.append(f"  - {ticket_id}: {why}")
     if record.rejected:
         lines.append(f"quarantine/: {len(record.rejected)} files that are not tickets")
         lines += [f"  - {r.file}: {r.reason}" for r in record.rejected]
