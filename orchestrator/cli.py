@@ -165,15 +165,20 @@ def _add_requeue(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
 
 
 def _settings(args: argparse.Namespace) -> GraphSettings:
+    """The graph's settings from the environment and flags; the model endpoint's are checked
+    too, before anything is claimed (`SettingsError`: one sentence naming the variable)."""
     from orchestrator.settings import GraphSettings
+    from workers.settings import HarnessSettings, load
 
+    load(HarnessSettings, "LLM_")
     overrides = {
         "broker_url": args.broker,
         "run_timeout_s": args.timeout,
         "pool_size": getattr(args, "pool_size", None),
         "stop_after": getattr(args, "stop_after", None),
     }
-    return GraphSettings().model_copy(update={k: v for k, v in overrides.items() if v is not None})
+    settings = load(GraphSettings, "TICKETGRAPH_")
+    return settings.model_copy(update={k: v for k, v in overrides.items() if v is not None})
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -198,11 +203,12 @@ def _failed(command: str, exc: Exception) -> int:
     from pydantic import ValidationError
 
     from orchestrator.errors import ConfigError, RunBusy
+    from workers.settings import SettingsError
 
     print(f"ticketgraph {command}: {exc}", file=sys.stderr)
     if isinstance(exc, RunBusy):
         return ExitCode.TEMPFAIL
-    if isinstance(exc, ConfigError | ValidationError):
+    if isinstance(exc, ConfigError | ValidationError | SettingsError):
         return ExitCode.CONFIG
     return EXIT_CRASHED
 
@@ -323,11 +329,14 @@ def _worker(args: argparse.Namespace) -> int:
     from orchestrator import fleet
     from orchestrator.app import configure
     from orchestrator.settings import GraphSettings
-    from workers.settings import HarnessSettings
+    from workers.settings import HarnessSettings, SettingsError, load
 
-    settings = GraphSettings()
+    try:
+        settings = load(GraphSettings, "TICKETGRAPH_")
+        llm = load(HarnessSettings, "LLM_")
+    except SettingsError as exc:
+        return _failed("worker", exc)
     broker = args.broker or settings.broker_url
-    llm = HarnessSettings()
     if not broker:
         print("ticketgraph worker: set TICKETGRAPH_BROKER_URL or pass --broker", file=sys.stderr)
         return 2
@@ -414,7 +423,7 @@ def _add_harness(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
 def _harness(args: argparse.Namespace) -> int:
     from workers import experiment
     from workers.errors import HarnessError
-    from workers.settings import HarnessSettings
+    from workers.settings import HarnessSettings, SettingsError, load
 
     if args.resume and not args.resume.exists():
         print(f"ticketgraph harness: no state file at {args.resume}", file=sys.stderr)
@@ -435,7 +444,9 @@ def _harness(args: argparse.Namespace) -> int:
         trace=args.trace,
     )
     try:
-        state, wall_ms = experiment.run_experiment(opts, HarnessSettings())
+        state, wall_ms = experiment.run_experiment(opts, load(HarnessSettings, "LLM_"))
+    except SettingsError as exc:
+        return _failed("harness", exc)
     except HarnessError as exc:
         print(f"ticketgraph harness: {exc}", file=sys.stderr)
         return EXIT_CRASHED

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+from typing import TypeVar
+
+from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from workers.pricing import PriceTable
@@ -28,3 +30,31 @@ class HarnessSettings(BaseSettings):
         default=60.0, ge=0, description="retries stop once this much time has passed"
     )
     prices: PriceTable = PriceTable()
+
+
+S = TypeVar("S", bound=BaseSettings)
+
+
+class SettingsError(ValueError):
+    """A setting from the environment (or a flag) is not valid: one sentence naming it."""
+
+
+def load(cls: type[S], prefix: str) -> S:
+    """`cls()` from the environment; `SettingsError` naming each bad variable and its value."""
+    try:
+        return cls()
+    except ValidationError as exc:
+        raise SettingsError(describe(exc, prefix)) from None
+
+
+def describe(exc: ValidationError, prefix: str) -> str:
+    """A validation error as one sentence: `LLM_READ_TIMEOUT_S='abc': Input should be ...`."""
+    parts = []
+    for error in exc.errors():
+        field = str(error["loc"][0]) if error["loc"] else ""
+        name = field if field.isupper() else f"{prefix}{field}".upper()
+        value = error.get("input")
+        shown = f"={value!r}" if isinstance(value, str | int | float) else ""
+        message = str(error["msg"]).removeprefix("Value error, ")
+        parts.append(f"{name}{shown}: {message}")
+    return "; ".join(parts)

@@ -126,3 +126,24 @@ def test_requeue_puts_a_runs_tickets_back(cli: Cli, demo: Path) -> None:
     assert sorted(p.name for p in (demo / "inbox").iterdir()) == ["T-1002.txt", "T-1005.txt"]
     unknown = cli("requeue", run_id, "T-9999", cwd=demo)
     assert unknown.returncode == 3 and "T-9999" in unknown.stderr
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("LLM_READ_TIMEOUT_S", "abc"),
+        ("LLM_MAX_RETRIES", "-1"),
+        ("TICKETGRAPH_POOL_SIZE", "0"),
+        ("TICKETGRAPH_BROKER_OUTAGE_S", "soon"),
+    ],
+)
+def test_a_bad_setting_is_one_sentence_naming_it_before_anything_is_claimed(
+    demo: Path, cli: Cli, variable: str, value: str
+) -> None:
+    done = cli("run", cwd=demo, env={variable: value})
+    assert done.returncode == 78
+    assert done.stderr.count("\n") == 1 and f"{variable}='{value}'" in done.stderr
+    assert len(list((demo / "inbox").iterdir())) == 6  # nothing claimed
+    harness = cli("harness", "plan", cwd=demo, env={variable: value})
+    if variable.startswith("LLM_"):
+        assert harness.returncode == 78 and variable in harness.stderr
