@@ -26,7 +26,7 @@ from bench.services import Provider
 from bench.suite import Context, Section
 from workers import experiment, filetools, loop
 from workers.cancel import CancelToken
-from workers.client import ModelClient, ModelReply
+from workers.client import ModelClient, ModelReply, RequestParams
 from workers.settings import HarnessSettings
 from workers.state import Message, RunStatus, new_run
 
@@ -47,9 +47,10 @@ class TimedClient(ModelClient):
         messages: list[Message],
         tools: list[dict[str, Any]],
         cancel: CancelToken | None = None,
+        params: RequestParams | None = None,
     ) -> ModelReply:
         """One completion, its X-Service-Ms added to `service_ms`."""
-        reply = super().complete(model, messages, tools, cancel)
+        reply = super().complete(model, messages, tools, cancel, params)
         self.service_ms += reply.service_ms or 0.0
         return reply
 

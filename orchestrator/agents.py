@@ -9,7 +9,7 @@ from pathlib import Path
 from orchestrator.records import RunConfig, StepUsage
 from workers import loop
 from workers.cancel import CancelToken
-from workers.client import ModelClient
+from workers.client import ModelClient, RequestParams
 from workers.settings import HarnessSettings
 from workers.state import RunState, RunStatus, new_run
 from workers.tools import Catalog, Tool
@@ -53,20 +53,26 @@ def run_agent(
     tracer: Tracer,
     state_path: Path,
     cancel: CancelToken | None = None,
+    router: bool = False,
 ) -> AgentResult:
     """Run (or resume from `state_path`) one agent; its state is saved after every step.
     Setting `cancel` stops it at once, even mid-request or in a tool."""
-    state = (
-        RunState.load(state_path) if state_path.exists() else new_run(system, task, config.model)
+    model = (config.router_model or config.model) if router else config.model
+    state = RunState.load(state_path) if state_path.exists() else new_run(system, task, model)
+    params = RequestParams(
+        max_tokens=config.router_max_tokens if router else config.max_tokens,
+        temperature=config.router_temperature if router else config.temperature,
+        token_param=config.token_param,  # type: ignore[arg-type]
     )
     harness = loop.Harness(
         client=shared_client(llm),
         catalog=Catalog(tools),
-        price=llm.prices.for_model(config.model),
+        price=llm.prices.for_model(state.model),
         limits=loop.Limits(max_turns=config.max_turns, budget_usd=config.budget_usd),
         tracer=tracer.bind(agent_run_id=state.run_id),
         state_path=state_path,
         cancel=cancel or CancelToken(),
+        params=params,
     )
     state = loop.run(state, harness)
     stopped_by = (

@@ -79,6 +79,7 @@ def route(ctx: Context) -> list[str]:
         trace,
         ctx.store.agent_path(ROUTER, "route"),
         ctx.cancel,
+        router=True,
     )
     if not result.ok:
         again = (

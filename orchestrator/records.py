@@ -111,6 +111,13 @@ class RunConfig(BaseModel):
     pool_size: int
     max_rounds: int
     filler_phrases: list[str]
+    # Request settings: the workers', and the router's where they differ.
+    max_tokens: int | None = None
+    temperature: float | None = None
+    token_param: str = "max_tokens"
+    router_model: str | None = None
+    router_max_tokens: int | None = None
+    router_temperature: float | None = None
     gate_off: list[str] = []
     min_chars: int = 40
     max_chars: int = 4000

@@ -115,6 +115,7 @@ def _meta(
     rejected: list[RejectedFile],
 ) -> RunMeta:
     now = now_iso()
+    llm = HarnessSettings()  # LLM_MODEL, LLM_MAX_TOKENS, LLM_TEMPERATURE override the file
     run_config = RunConfig(
         categories=config.graph.categories,
         pool_size=settings.pool_size or config.graph.pool_size,
@@ -123,7 +124,13 @@ def _meta(
         gate_off=config.gate.off,
         min_chars=config.gate.min_chars,
         max_chars=config.gate.max_chars,
-        model=config.harness.model,
+        model=llm.model or config.harness.model,
+        max_tokens=llm.max_tokens or config.harness.max_tokens,
+        temperature=_first(llm.temperature, config.harness.temperature),
+        token_param=llm.token_param,
+        router_model=llm.model or config.harness.router.model or config.harness.model,
+        router_max_tokens=llm.max_tokens or config.harness.router.max_tokens,
+        router_temperature=_first(llm.temperature, config.harness.router.temperature),
         max_turns=config.harness.max_turns,
         budget_usd=config.harness.budget_usd,
         stop_after=settings.stop_after,
@@ -241,6 +248,11 @@ def _execute_held(
         # A task crashed the run but could not record it (the run folder failed it).
         return nodes.record_crash(store, RunStorageError(end["error"]))
     return ExitCode.CRASHED if code is None else code
+
+
+def _first(*values: float | None) -> float | None:
+    """The first value that is set (0.0 counts as set)."""
+    return next((v for v in values if v is not None), None)
 
 
 def check_writable(*folders: Path) -> None:

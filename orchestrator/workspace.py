@@ -75,12 +75,23 @@ class GateConfig(_Table):
         return off
 
 
+class RouterConfig(_Table):
+    """The router's own request settings (`[harness.router]`); unset: the workers'."""
+
+    model: str | None = None
+    max_tokens: int | None = Field(default=512, ge=1)
+    temperature: float | None = Field(default=0.0, ge=0, le=2)
+
+
 class HarnessConfig(_Table):
-    """Limits of each agent run inside the graph."""
+    """Limits and request settings of each agent run inside the graph."""
 
     model: str = "demo"
     max_turns: int = Field(default=6, ge=1)
     budget_usd: float | None = Field(default=0.05, gt=0)
+    max_tokens: int | None = Field(default=1024, ge=1, description="per reply")
+    temperature: float | None = Field(default=0.2, ge=0, le=2)
+    router: RouterConfig = RouterConfig()
 
 
 DEFAULT_READS = {"bug": ["kb"], "billing": ["data/orders.json"]}

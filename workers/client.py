@@ -11,7 +11,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as WaitTimeout
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 from pydantic import BaseModel, ValidationError
@@ -36,6 +36,24 @@ MAX_RETRY_WAIT_S = 30.0
 FIRST_RETRY_WAIT_S = 0.5
 # How often a caller waiting on a request looks at its cancel token.
 CANCEL_POLL_S = 0.25
+
+
+class RequestParams(BaseModel):
+    """Per-request settings: a bound on the reply's length and its randomness."""
+
+    max_tokens: int | None = None
+    temperature: float | None = None
+    # OpenAI's newer models take `max_completion_tokens`; most other servers `max_tokens`.
+    token_param: Literal["max_tokens", "max_completion_tokens"] = "max_tokens"
+
+    def body(self) -> dict[str, Any]:
+        """The fields these settings add to a chat-completions request."""
+        out: dict[str, Any] = {}
+        if self.max_tokens is not None:
+            out[self.token_param] = self.max_tokens
+        if self.temperature is not None:
+            out["temperature"] = self.temperature
+        return out
 
 
 class ModelReply(BaseModel):
@@ -80,6 +98,7 @@ class ModelClient:
         messages: list[Message],
         tools: list[dict[str, Any]],
         cancel: CancelToken | None = None,
+        params: RequestParams | None = None,
     ) -> ModelReply:
         """Ask for the next assistant message.
 
@@ -92,6 +111,8 @@ class ModelClient:
         body: dict[str, Any] = {"model": model, "messages": [m.wire() for m in messages]}
         if tools:
             body["tools"] = tools
+        if params is not None:
+            body |= params.body()
         retrying = Retrying(
             retry=retry_if_exception(lambda e: isinstance(e, ProviderError) and e.retryable),
             wait=_wait,

@@ -18,7 +18,7 @@ from pydantic import BaseModel
 
 from workers import textcalls
 from workers.cancel import CancelToken
-from workers.client import ModelClient, ModelReply
+from workers.client import ModelClient, ModelReply, RequestParams
 from workers.errors import Cancelled, PermanentToolError, ProviderError, ToolError
 from workers.pricing import Price, cost
 from workers.state import Interruption, Message, RunState, RunStatus, ToolCall, pending
@@ -59,6 +59,7 @@ class Harness:
     # A reply whose text is a tool call (small models, servers without a tool-call parser)
     # is run as that call; the trace says `parsed_from_text`.
     tool_call_text_fallback: bool = True
+    params: RequestParams | None = None  # max_tokens, temperature
 
 
 def run(state: RunState, h: Harness) -> RunState:
@@ -82,7 +83,7 @@ def run(state: RunState, h: Harness) -> RunState:
             return _stop(state, h, RunStatus.BUDGET_EXCEEDED, Interruption(type="max_budget"))
         try:
             reply = h.client.complete(
-                state.model, state.messages, h.catalog.schemas(), cancel=h.cancel
+                state.model, state.messages, h.catalog.schemas(), cancel=h.cancel, params=h.params
             )
         except Cancelled:
             return _cancelled(state, h)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -30,6 +30,11 @@ class HarnessSettings(BaseSettings):
         default=60.0, ge=0, description="retries stop once this much time has passed"
     )
     prices: PriceTable = PriceTable()
+    # Override the workspace's [harness] settings for every role (router and workers).
+    model: str | None = Field(default=None, description="model name for every role")
+    max_tokens: int | None = Field(default=None, ge=1)
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    token_param: Literal["max_tokens", "max_completion_tokens"] = "max_tokens"
 
 
 S = TypeVar("S", bound=BaseSettings)

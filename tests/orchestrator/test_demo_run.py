@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import httpx
@@ -134,3 +135,27 @@ def test_a_router_failure_crashes_the_run_with_exit_3(demo: Path, cli: Cli, tmp_
     record = state(demo)
     assert record["status"] == "crashed" and "HTTP 500" in record["error"]
     assert [e for e in events(demo) if e["event"] == "run_crashed"]
+
+
+def test_request_settings_per_role_and_their_environment_overrides(
+    demo: Path, cli: Cli, tmp_path: Path
+) -> None:
+    """The router asks with [harness.router]'s settings, the workers with [harness]'s;
+    LLM_MODEL and LLM_MAX_TOKENS override both, and the reference verdict is unchanged."""
+    with running_provider(DEMO_SCENARIOS) as url:
+        assert cli("run", cwd=demo, env={"LLM_BASE_URL": url}).returncode == 1
+        params = httpx.get(url.replace("/v1", "/stats")).json()["params"]
+        assert params["router: max_tokens=512 temperature=0.0"] == 1
+        assert params["T-1001#1: max_tokens=1024 temperature=0.2"] == 2
+        other = tmp_path / "other"
+        init_demo(other)
+        httpx.post(url.replace("/v1", "/stats/reset"))
+        env = {"LLM_BASE_URL": url, "LLM_MODEL": "small-1", "LLM_MAX_TOKENS": "64"}
+        assert cli("run", cwd=other, env=env).returncode == 1
+        params = httpx.get(url.replace("/v1", "/stats")).json()["params"]
+    assert params["router: max_tokens=64 temperature=0.0"] == 1
+    assert params["T-1001#1: max_tokens=64 temperature=0.2"] == 2
+    assert ticket_rows(state(other)) == REFERENCE_TICKETS
+    agents = other / "runs" / state(other)["run_id"] / "agents"
+    models = {json.loads(p.read_text())["model"] for p in agents.glob("*.json")}
+    assert models == {"small-1"}

@@ -17,7 +17,7 @@ import yaml
 
 from orchestrator.redis_server import free_port
 from workers.cancel import CancelToken
-from workers.client import ModelClient
+from workers.client import ModelClient, RequestParams
 from workers.errors import Cancelled, ProviderError
 from workers.provider import running_provider
 from workers.settings import HarnessSettings
@@ -235,3 +235,18 @@ def test_a_body_that_is_not_json_is_retried_then_explained(canned: type[_Canned]
     with canned([b"<html>bad gateway</html>", NO_USAGE]) as server:
         reply = _client(server.url).complete("m", HELLO, [])
     assert reply.message.content == "hi there"
+
+
+def test_request_settings_are_sent_as_the_server_family_expects(tmp_path: Path) -> None:
+    with running_provider(_scripted(tmp_path, [])) as url:
+        client = _client(url)
+        client.complete("m", HELLO, [], params=RequestParams(max_tokens=64, temperature=0.0))
+        newer = RequestParams(max_tokens=64, token_param="max_completion_tokens")
+        client.complete("m", HELLO, [], params=newer)
+        client.complete("m", HELLO, [])
+        params = httpx.get(url.replace("/v1", "/stats")).json()["params"]
+    assert params == {
+        "one: max_tokens=64 temperature=0.0": 1,
+        "one: max_completion_tokens=64": 1,
+        "one: none": 1,
+    }

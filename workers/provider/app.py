@@ -49,6 +49,7 @@ class Stats:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     scripts: Counter[str] = field(default_factory=Counter)
+    params: Counter[str] = field(default_factory=Counter)  # "script: max_tokens=… …" -> n
     cpu_started: float = field(default_factory=time.process_time)
 
     def begin(self) -> None:
@@ -73,6 +74,7 @@ class Stats:
         self.requests = self.prompt_tokens = self.completion_tokens = 0
         self.max_in_flight = self.in_flight
         self.scripts.clear()
+        self.params.clear()
         self.cpu_started = time.process_time()
 
     def snapshot(self) -> dict[str, Any]:
@@ -84,6 +86,7 @@ class Stats:
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
             "scripts": dict(self.scripts),
+            "params": dict(self.params),
             "cpu_s": round(time.process_time() - self.cpu_started, 6),
         }
 
@@ -160,6 +163,7 @@ async def _answer(request: ChatRequest, state: ProviderState) -> Response:
     if matched is None:
         return error_response(400, f"no script matched the request (model {request.model!r})")
     script, turn = matched.script, request.turn
+    state.stats.params[f"{script.name}: {request.params}"] += 1
     fault = state.faults.take(script, turn)
     if fault is not None:
         await asyncio.sleep(fault.hang_ms / 1000)

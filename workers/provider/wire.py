@@ -58,6 +58,17 @@ class ChatRequest(BaseModel):
     model: str
     messages: list[WireMessage] = Field(min_length=1)
     tools: list[dict[str, Any]] | None = None
+    # Read only to count them in /stats (`params`): a client's request settings, as sent.
+    max_tokens: int | None = None
+    max_completion_tokens: int | None = None
+    temperature: float | None = None
+
+    @property
+    def params(self) -> str:
+        """The request settings this request carried, e.g. `max_tokens=512 temperature=0.0`."""
+        names = ("max_tokens", "max_completion_tokens", "temperature")
+        sent = [f"{n}={getattr(self, n)}" for n in names if getattr(self, n) is not None]
+        return " ".join(sent) or "none"
 
     @property
     def turn(self) -> int:
