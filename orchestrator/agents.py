@@ -67,7 +67,7 @@ def run_agent(
     harness = loop.Harness(
         client=shared_client(llm),
         catalog=Catalog(tools),
-        price=llm.prices.for_model(state.model),
+        price=(config.prices or llm.prices).for_model(state.model),
         limits=loop.Limits(max_turns=config.max_turns, budget_usd=config.budget_usd),
         tracer=tracer.bind(agent_run_id=state.run_id),
         state_path=state_path,
@@ -88,6 +88,7 @@ def run_agent(
             calls=state.usage.requests,
             tokens=state.usage.total_tokens,
             cost_usd=state.cost_usd,
+            estimated=state.usage.estimated_requests,
         ),
         retryable=state.retryable or stopped_by == TIME_LIMIT,
         stopped_by=stopped_by,

@@ -98,7 +98,7 @@ def route(ctx: Context) -> list[str]:
     atomic.write_many((ctx.store.record_path(i), t.model_dump_json()) for i, t in tickets.items())
     for ticket_id, category in categories.items():
         trace.emit("routed", ticket=ticket_id, category=category)
-    _close(ctx, "route", trace, result.usage.calls, result.usage.tokens)
+    _close(ctx, "route", trace, result.usage)
     if config.stop_after == "route":
         stop_early(ctx.store, tickets)
         return []
@@ -436,10 +436,11 @@ def _open(ctx: Context, node: str, trace: Tracer) -> None:
         trace.emit("node_start")
 
 
-def _close(ctx: Context, node: str, trace: Tracer, calls: int = 0, tokens: int = 0) -> None:
+def _close(ctx: Context, node: str, trace: Tracer, usage: StepUsage | None = None) -> None:
     """Close a node with its totals and trace node_end."""
     record = ctx.store.node(node) or NodeRecord(started=time.time())
-    record.close(calls, tokens)
+    usage = usage or StepUsage()
+    record.close(usage.calls, usage.tokens, usage=usage)
     ctx.store.save_node(node, record)
     trace.emit("node_end", ms=record.ms, calls=record.calls, tokens=record.tokens)
 
@@ -456,6 +457,6 @@ def _close_fanout(
         return
     total = sum(usages, StepUsage())
     rounds = sum(t.gate_rounds for t in tickets.values()) if tickets is not None else None
-    record.close(total.calls, total.tokens, rounds)
+    record.close(total.calls, total.tokens, rounds, usage=total)
     ctx.store.save_node(node, record)
     ctx.tracer(node).emit("node_end", ms=record.ms, calls=record.calls, tokens=record.tokens)

@@ -16,8 +16,11 @@ from __future__ import annotations
 
 import time
 from enum import StrEnum
+from typing import Any
 
 from pydantic import BaseModel, Field
+
+from workers.pricing import PriceTable
 
 
 class TicketStatus(StrEnum):
@@ -49,16 +52,22 @@ class NodeRecord(BaseModel):
     rounds: int | None = None
     started: float | None = None  # epoch seconds, so any machine can close the node
     error: str | None = None
+    cost_usd: float = 0.0
+    estimated: int = 0  # replies whose usage the server left out (counted by us)
 
     @property
     def done(self) -> bool:
         """True once the node has been closed."""
         return self.status == "ok"
 
-    def close(self, calls: int = 0, tokens: int = 0, rounds: int | None = None) -> None:
+    def close(
+        self, calls: int = 0, tokens: int = 0, rounds: int | None = None, usage: Any = None
+    ) -> None:
         """Close the node with its totals; its time runs from its start to now."""
         self.ms = round((time.time() - (self.started or time.time())) * 1000)
         self.calls, self.tokens, self.rounds, self.status = calls, tokens, rounds, "ok"
+        if usage is not None:
+            self.cost_usd, self.estimated = usage.cost_usd, usage.estimated
 
 
 class StepUsage(BaseModel):
@@ -67,12 +76,14 @@ class StepUsage(BaseModel):
     calls: int = 0
     tokens: int = 0
     cost_usd: float = 0.0
+    estimated: int = 0  # replies whose usage the server left out (counted by us)
 
     def __add__(self, other: StepUsage) -> StepUsage:
         return StepUsage(
             calls=self.calls + other.calls,
             tokens=self.tokens + other.tokens,
             cost_usd=self.cost_usd + other.cost_usd,
+            estimated=self.estimated + other.estimated,
         )
 
 
@@ -118,6 +129,7 @@ class RunConfig(BaseModel):
     router_model: str | None = None
     router_max_tokens: int | None = None
     router_temperature: float | None = None
+    prices: PriceTable | None = None  # None: the worker's LLM_PRICES (runs from before)
     gate_off: list[str] = []
     min_chars: int = 40
     max_chars: int = 4000

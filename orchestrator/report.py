@@ -21,36 +21,49 @@ def _row(cells: list[object], widths: list[int]) -> str:
 
 def node_table(record: RunRecord) -> list[str]:
     """Per node: time, model calls, tokens, rounds (review only), status."""
-    widths = [10, 9, 7, 8, 8, 8]
+    widths = [10, 9, 7, 8, 8, 8, 10]
     lines = [
         "=== Graph run summary ===",
-        _row(["Node", "Time", "Calls", "Tokens", "Rounds", "Status"], widths),
+        _row(["Node", "Time", "Calls", "Tokens", "Rounds", "Status", "Cost"], widths),
     ]
     for name in NODE_ORDER:
         node = record.nodes.get(name)
         if node is None:
             continue
         rounds = node.rounds if node.rounds is not None else "-"
+        cost = _usd(node.cost_usd, node.estimated)
         lines.append(
-            _row([name, f"{node.ms}ms", node.calls, node.tokens, rounds, node.status], widths)
+            _row([name, f"{node.ms}ms", node.calls, node.tokens, rounds, node.status, cost], widths)
         )
+    total = sum(n.cost_usd for n in record.nodes.values())
+    estimated = sum(n.estimated for n in record.nodes.values())
+    lines.append(f"Cost of the run: {_usd(total, estimated)}" + _estimated_note(estimated))
     return lines
 
 
+def _usd(amount: float, estimated: int = 0) -> str:
+    """Dollars to the hundredth of a cent, with `~` when some usage was our own count."""
+    return f"{'~' if estimated else ''}${amount:.4f}"
+
+
+def _estimated_note(estimated: int) -> str:
+    if not estimated:
+        return ""
+    plural = "y" if estimated == 1 else "ies"
+    return f" (~: {estimated} repl{plural} came without usage; counted with o200k_base)"
+
+
 def ticket_table(record: RunRecord) -> list[str]:
-    """Per ticket: category, handler, rounds, stop reason, status."""
-    widths = [9, 10, 17, 8, 15, 12]
+    """Per ticket: category, handler, rounds, stop reason, status, cost (draft + review)."""
+    widths = [9, 10, 17, 8, 15, 12, 10]
     lines = [
         "=== Per ticket ===",
-        _row(["Ticket", "Category", "Handler", "Rounds", "Stop", "Status"], widths),
+        _row(["Ticket", "Category", "Handler", "Rounds", "Stop", "Status", "Cost"], widths),
     ]
     for ticket_id, t in record.tickets.items():
-        lines.append(
-            _row(
-                [ticket_id, t.category, t.handler, t.gate_rounds, t.stop or "-", t.status.value],
-                widths,
-            )
-        )
+        spent = t.draft + t.review
+        cells = [ticket_id, t.category, t.handler, t.gate_rounds, t.stop or "-", t.status.value]
+        lines.append(_row([*cells, _usd(spent.cost_usd, spent.estimated)], widths))
     return lines
 
 

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from orchestrator import gate
 from orchestrator.errors import ConfigError
 from orchestrator.sandbox import root_problem
+from workers.pricing import PriceTable
 
 CONFIG_FILE = "ticketgraph.toml"
 # Categories a worker (an agent with its own prompt and tools) can draft; any other
@@ -124,6 +125,8 @@ class WorkspaceConfig(BaseModel):
     gate: GateConfig = GateConfig()
     harness: HarnessConfig = HarnessConfig()
     tools: ToolsConfig = ToolsConfig()
+    # USD per million tokens, by model; LLM_PRICES (the same shape, as JSON) overrides it.
+    prices: PriceTable = PriceTable()
 
 
 @dataclass(frozen=True)

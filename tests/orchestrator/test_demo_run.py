@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import httpx
+import pytest
 
 from orchestrator.workspace import init_demo
 from tests.orchestrator.conftest import (
@@ -159,3 +160,45 @@ def test_request_settings_per_role_and_their_environment_overrides(
     agents = other / "runs" / state(other)["run_id"] / "agents"
     models = {json.loads(p.read_text())["model"] for p in agents.glob("*.json")}
     assert models == {"small-1"}
+
+
+def test_the_report_shows_cost_per_node_ticket_and_run_at_the_configured_prices(
+    demo: Path, cli: Cli, tmp_path: Path
+) -> None:
+    """$2/$12 per million by default: route is 624 in + 96 out = $0.0024. A local model
+    priced at zero in [prices.models] costs nothing; LLM_PRICES overrides the file."""
+    assert cli("run", cwd=demo).returncode == 1
+    record = state(demo)
+    assert record["nodes"]["route"]["cost_usd"] == pytest.approx((624 * 2 + 96 * 12) / 1e6)
+    per_ticket = sum(
+        t["draft"]["cost_usd"] + t["review"]["cost_usd"] for t in record["tickets"].values()
+    )
+    nodes_total = sum(n["cost_usd"] for n in record["nodes"].values())
+    assert nodes_total == pytest.approx(per_ticket + record["nodes"]["route"]["cost_usd"])
+    report = (demo / "runs" / record["run_id"] / "report.txt").read_text()
+    assert f"Cost of the run: ${nodes_total:.4f}" in report and "~" not in report
+
+    free = tmp_path / "free"
+    init_demo(free)
+    config = free / "ticketgraph.toml"
+    config.write_text(config.read_text().replace('# "qwen2.5-coder:0.5b"', '"demo"'))
+    assert cli("run", cwd=free).returncode == 1
+    assert sum(n["cost_usd"] for n in state(free)["nodes"].values()) == 0
+
+    pricey = tmp_path / "pricey"
+    init_demo(pricey)
+    prices = '{"default": {"input_per_million": 4.0, "output_per_million": 24.0}}'
+    assert cli("run", cwd=pricey, env={"LLM_PRICES": prices}).returncode == 1
+    doubled = sum(n["cost_usd"] for n in state(pricey)["nodes"].values())
+    assert doubled == pytest.approx(2 * nodes_total)
+
+
+def test_costs_counted_from_replies_without_usage_are_marked(demo: Path, cli: Cli) -> None:
+    from orchestrator import report
+    from orchestrator.records import RunRecord
+
+    assert cli("run", cwd=demo).returncode == 1
+    record = RunRecord.model_validate(state(demo))
+    record.nodes["fanout"].estimated = 2
+    text = report.render(record)
+    assert "~$0.0273" in text and "(~: 2 replies came without usage" in text
