@@ -452,6 +452,8 @@ def _harness(args: argparse.Namespace) -> int:
         return EXIT_CRASHED
     result = experiment.summary(state, wall_ms)
     print(json.dumps(result) if args.json else experiment.summary_line(args.scenario, result))
+    if state.error:
+        print(f"ticketgraph harness: {state.error}", file=sys.stderr)
     return experiment.exit_code(state)
 
 

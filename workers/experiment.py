@@ -162,5 +162,8 @@ def summary_line(scenario: str, s: dict[str, Any]) -> str:
 
 
 def exit_code(state: RunState) -> int:
-    """0 completed, 1 failed (a human should look), 2 stopped early (caps, approval, cancel)."""
+    """0 completed, 1 failed (a human should look), 2 stopped early (caps, approval, cancel),
+    3 the model endpoint failed (as when the graph's router cannot reach it)."""
+    if state.provider_failed:
+        return 3
     return EXIT_CODES.get(state.status, 2)

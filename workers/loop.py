@@ -66,7 +66,7 @@ def run(state: RunState, h: Harness) -> RunState:
     """Drive `state` to one of the five exits; calling it again on a stopped run resumes it."""
     if state.status in (RunStatus.COMPLETED, RunStatus.FAILED):
         return state
-    state.status, state.interruption = RunStatus.RUNNING, None
+    state.status, state.interruption, state.provider_failed = RunStatus.RUNNING, None, False
     while True:
         if h.cancel.cancelled:
             return _cancelled(state, h)
@@ -88,7 +88,7 @@ def run(state: RunState, h: Harness) -> RunState:
         except Cancelled:
             return _cancelled(state, h)
         except ProviderError as exc:
-            state.retryable = exc.retryable
+            state.retryable, state.provider_failed = exc.retryable, True
             return _stop(state, h, RunStatus.FAILED, error=str(exc))
         _record_reply(state, h, reply)
         if reply.finish_reason in TRUNCATED and not reply.message.tool_calls:

@@ -89,6 +89,7 @@ class RunState(BaseModel):
     # happened, and are never run again; a person should check them.
     unsure_calls: list[str] = []
     truncated: int = 0  # replies cut off (finish_reason length) so far; a second one fails
+    provider_failed: bool = False  # it failed because the model endpoint did (exit 3)
     error: str | None = None
     retryable: bool = False  # a `failed` exit that asking again later may fix
     output: str | None = None

@@ -147,3 +147,16 @@ def test_a_bad_setting_is_one_sentence_naming_it_before_anything_is_claimed(
     harness = cli("harness", "plan", cwd=demo, env={variable: value})
     if variable.startswith("LLM_"):
         assert harness.returncode == 78 and variable in harness.stderr
+
+
+def test_a_provider_failure_is_exit_3_in_the_harness_as_in_the_graph(demo: Path, cli: Cli) -> None:
+    """The endpoint is down: the harness and the graph's router both exit 3, and say on
+    stderr which URL failed."""
+    from orchestrator.redis_server import free_port
+
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    env = {"LLM_BASE_URL": url, "LLM_MAX_RETRIES": "0"}
+    harness = cli("harness", "plan", cwd=demo, env=env)
+    graph = cli("run", cwd=demo, env=env)
+    assert harness.returncode == graph.returncode == 3, harness.stderr + graph.stderr
+    assert url in harness.stderr and url in graph.stderr
