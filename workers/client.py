@@ -1,20 +1,22 @@
-"""The model client: one chat-completions request over httpx, errors translated here.
+"""The model client: one model request over httpx, errors translated here.
 
-It knows the wire format of OpenAI-compatible servers and nothing about scripts.
+What goes over the wire is the API module's business (openai_api.py: chat completions;
+anthropic_api.py: Messages); this module does the rest, the same for both: timeouts,
+retries with backoff, cancellation, and errors a person can act on. It knows nothing about
+scripts.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as WaitTimeout
-from typing import Any, Literal
+from typing import Any
 
 import httpx
-from pydantic import BaseModel, ValidationError
 from tenacity import (
     RetryCallState,
     Retrying,
@@ -24,12 +26,14 @@ from tenacity import (
     wait_random_exponential,
 )
 
+from workers import anthropic_api, openai_api
 from workers.cancel import CancelToken
 from workers.errors import Cancelled, ProviderError
+from workers.reply import ModelReply, RequestParams
 from workers.settings import HarnessSettings
 from workers.state import Message
-from workers.tokens import count
-from workers.usage import Usage
+
+__all__ = ["ModelClient", "ModelReply", "RequestParams"]
 
 KEEPALIVE_S = 2.0
 MAX_RETRY_WAIT_S = 30.0
@@ -38,41 +42,16 @@ FIRST_RETRY_WAIT_S = 0.5
 CANCEL_POLL_S = 0.25
 
 
-class RequestParams(BaseModel):
-    """Per-request settings: a bound on the reply's length and its randomness."""
-
-    max_tokens: int | None = None
-    temperature: float | None = None
-    # OpenAI's newer models take `max_completion_tokens`; most other servers `max_tokens`.
-    token_param: Literal["max_tokens", "max_completion_tokens"] = "max_tokens"
-
-    def body(self) -> dict[str, Any]:
-        """The fields these settings add to a chat-completions request."""
-        out: dict[str, Any] = {}
-        if self.max_tokens is not None:
-            out[self.token_param] = self.max_tokens
-        if self.temperature is not None:
-            out["temperature"] = self.temperature
-        return out
-
-
-class ModelReply(BaseModel):
-    """One reply: the assistant message, its usage, and why it finished."""
-
-    message: Message
-    usage: Usage
-    finish_reason: str | None = None
-    service_ms: float | None = None
-
-
 class ModelClient:
-    """Sends chat-completions requests to `base_url` with timeouts and bounded retries."""
+    """Sends one model request to `base_url`, in the API `settings.api` names (OpenAI chat
+    completions or Anthropic Messages), with timeouts, bounded retries and cancellation."""
 
     def __init__(self, settings: HarnessSettings, http: httpx.Client | None = None) -> None:
         if not settings.base_url:
             raise ProviderError("no model endpoint configured: set LLM_BASE_URL")
         self.settings = settings
-        headers = {"Authorization": f"Bearer {settings.api_key}"} if settings.api_key else {}
+        self.api = anthropic_api if settings.api == "anthropic" else openai_api
+        headers = self.api.headers(settings.api_key)
         timeout = httpx.Timeout(settings.read_timeout_s, connect=settings.connect_timeout_s)
         # Loading the CA bundle costs ~70 ms per client; a plain-http endpoint (a local model
         # server, the scripted provider) never uses it. https endpoints are verified as ever.
@@ -108,11 +87,7 @@ class ModelClient:
         moment `cancel` is set, even mid-request or mid-wait (an abandoned request may still
         be billed by the server).
         """
-        body: dict[str, Any] = {"model": model, "messages": [m.wire() for m in messages]}
-        if tools:
-            body["tools"] = tools
-        if params is not None:
-            body |= params.body()
+        body = self.api.body(model, messages, tools, params)
         retrying = Retrying(
             retry=retry_if_exception(lambda e: isinstance(e, ProviderError) and e.retryable),
             wait=_wait,
@@ -131,7 +106,16 @@ class ModelClient:
         cancel: CancelToken | None,
     ) -> ModelReply:
         response = self._post(body) if cancel is None else self._post_until(body, cancel)
-        return _parse(response, self.where, messages, tools)
+        if response.status_code != 200:
+            raise _http_error(response, self.where, self.api.error_text)
+        try:
+            data = response.json()
+        except ValueError as exc:
+            shown = response.text[:200]
+            raise ProviderError(f"{self.where} sent a body that is not JSON: {shown!r}") from exc
+        reply = self.api.parse(data, self.where, messages, tools)
+        reply.service_ms = _float_or_none(response.headers.get("x-service-ms"))
+        return reply
 
     @property
     def where(self) -> str:
@@ -151,9 +135,9 @@ class ModelClient:
                     raise Cancelled(cancel.reason or "cancelled") from None
 
     def _post(self, body: dict[str, Any]) -> httpx.Response:
-        url = f"{self.where}/chat/completions"
+        url = f"{self.where}/{self.api.PATH}"
         try:
-            return self.http.post("chat/completions", json=body)
+            return self.http.post(self.api.PATH, json=body)
         except httpx.TimeoutException as exc:
             raise ProviderError(
                 f"no answer from {url} in time ({type(exc).__name__}); a slow model may need a "
@@ -192,84 +176,30 @@ def _wait(state: RetryCallState) -> float:
     return float(jitter(state))
 
 
-def _parse(
-    response: httpx.Response, where: str, messages: list[Message], tools: list[dict[str, Any]]
-) -> ModelReply:
-    if response.status_code != 200:
-        raise _http_error(response, where)
-    try:
-        data = response.json()
-    except ValueError as exc:
-        raise ProviderError(
-            f"{where} sent a body that is not JSON: {response.text[:200]!r}"
-        ) from exc
-    choices = data.get("choices") if isinstance(data, dict) else None
-    if not choices:
-        raise ProviderError(f"{where} sent a reply with no choices: {str(data)[:200]}")
-    try:
-        choice = choices[0]
-        message = Message.model_validate(_tolerant(choice.get("message") or {}))
-    except (AttributeError, TypeError, ValidationError) as exc:
-        raise ProviderError(f"{where} sent a malformed reply: {exc}") from exc
-    return ModelReply(
-        message=message,
-        usage=_usage(data.get("usage"), message, messages, tools),
-        finish_reason=choice.get("finish_reason"),
-        service_ms=_float_or_none(response.headers.get("x-service-ms")),
-    )
-
-
-def _tolerant(raw: dict[str, Any]) -> dict[str, Any]:
-    """The shape differences of real servers, smoothed: `content` null or missing, a tool
-    call without `type` or `id`, `arguments` as an object instead of a JSON string."""
-    message = {"role": "assistant", "content": raw.get("content")}
-    calls = []
-    for i, call in enumerate(raw.get("tool_calls") or []):
-        function = dict(call.get("function") or {})
-        arguments = function.get("arguments")
-        if arguments is None or arguments == "":
-            function["arguments"] = "{}"
-        elif not isinstance(arguments, str):
-            function["arguments"] = json.dumps(arguments)
-        calls.append({"id": call.get("id") or f"call_{i}", "function": function})
-    if calls:
-        message["tool_calls"] = calls
-    return message
-
-
-def _usage(
-    raw: Any, message: Message, messages: list[Message], tools: list[dict[str, Any]]
-) -> Usage:
-    """The server's usage, or our own count of the request and reply (marked estimated)."""
-    if isinstance(raw, dict) and ("prompt_tokens" in raw or "completion_tokens" in raw):
-        return Usage(
-            prompt_tokens=int(raw.get("prompt_tokens") or 0),
-            completion_tokens=int(raw.get("completion_tokens") or 0),
-        )
-    prompt = json.dumps([m.wire() for m in messages]) + (json.dumps(tools) if tools else "")
-    reply = json.dumps(message.wire())
-    return Usage(prompt_tokens=count(prompt), completion_tokens=count(reply), estimated=True)
-
-
-def _http_error(response: httpx.Response, where: str) -> ProviderError:
+def _http_error(
+    response: httpx.Response, where: str, error_text: Callable[[Any], str | None]
+) -> ProviderError:
     status = response.status_code
     hint = {
         401: "check LLM_API_KEY",
         403: "check LLM_API_KEY and what it may use",
         404: "check LLM_BASE_URL (it usually ends in /v1) and the model name",
     }.get(status, "")
-    text = f"{where} answered HTTP {status}: {_error_text(response)}"
+    text = f"{where} answered HTTP {status}: {_error_text(response, error_text)}"
     error = ProviderError(f"{text}; {hint}" if hint else text, status=status)
     error.retry_after = _float_or_none(response.headers.get("retry-after"))
     return error
 
 
-def _error_text(response: httpx.Response) -> str:
+def _error_text(response: httpx.Response, error_text: Callable[[Any], str | None]) -> str:
     try:
-        return str(response.json()["error"]["message"])
-    except (ValueError, KeyError, TypeError):
-        text = " ".join(response.text.split())  # an HTML error page, on one line
-        return text[:300] or "(empty body)"
+        found = error_text(response.json())
+    except ValueError:
+        found = None
+    if found is not None:
+        return found
+    text = " ".join(response.text.split())  # an HTML error page, on one line
+    return text[:300] or "(empty body)"
 
 
 def _float_or_none(value: str | None) -> float | None:

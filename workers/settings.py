@@ -15,6 +15,9 @@ class HarnessSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="LLM_", extra="ignore")
 
+    api: Literal["openai", "anthropic"] = Field(
+        default="openai", description="openai: chat completions; anthropic: Messages"
+    )
     base_url: str | None = Field(
         default=None, description="OpenAI-compatible base URL, e.g. http://127.0.0.1:8400/v1"
     )
