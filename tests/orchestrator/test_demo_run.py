@@ -202,3 +202,17 @@ def test_costs_counted_from_replies_without_usage_are_marked(demo: Path, cli: Cl
     record.nodes["fanout"].estimated = 2
     text = report.render(record)
     assert "~$0.0273" in text and "(~: 2 replies came without usage" in text
+
+
+def test_the_demo_over_anthropic_messages_gives_the_reference_table(demo: Path, cli: Cli) -> None:
+    """LLM_API=anthropic: every call goes to /v1/messages (tool_use / tool_result blocks,
+    input_tokens / output_tokens), and the run is the same as over chat completions."""
+    with running_provider(DEMO_SCENARIOS) as url:
+        env = {"LLM_BASE_URL": url, "LLM_API": "anthropic", "LLM_API_KEY": "test"}
+        done = cli("run", cwd=demo, env=env)
+        params = httpx.get(url.replace("/v1", "/stats")).json()["params"]
+    assert done.returncode == 1, done.stderr
+    record = state(demo)
+    assert node_numbers(record) == REFERENCE_NODES
+    assert ticket_rows(record) == REFERENCE_TICKETS
+    assert params["router: max_tokens=512 temperature=0.0"] == 1  # Messages' own fields

@@ -250,3 +250,16 @@ def test_request_settings_are_sent_as_the_server_family_expects(tmp_path: Path) 
         "one: max_completion_tokens=64": 1,
         "one: none": 1,
     }
+
+
+def test_the_anthropic_api_retries_and_explains_as_the_openai_one(tmp_path: Path) -> None:
+    faults = [{"status": 529, "times": 1}, {"status": 401}]
+    with running_provider(_scripted(tmp_path, faults[:1])) as url:
+        reply = _client(url, api="anthropic").complete("m", HELLO, [])
+        assert reply.message.content == "hi" and reply.usage.prompt_tokens == 3
+        assert _requests(url) == 2  # a 529 (overloaded), then the answer
+    with (
+        running_provider(_scripted(tmp_path, faults[1:])) as url,
+        pytest.raises(ProviderError, match="LLM_API_KEY"),
+    ):
+        _client(url, api="anthropic").complete("m", HELLO, [])

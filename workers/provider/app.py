@@ -25,6 +25,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from workers.provider import anthropic
 from workers.provider.scenario import Fault, Scenario, Script
 from workers.provider.wire import ChatRequest, ConversationView, RenderedReply, render_reply
 
@@ -116,8 +117,14 @@ class ProviderState:
     faults: FaultCounters = field(default_factory=FaultCounters)
 
 
-def error_response(status: int, message: str, headers: dict[str, str] | None = None) -> Response:
-    """An OpenAI-style error body: {"error": {"message", "type"}}."""
+def error_response(
+    status: int, message: str, headers: dict[str, str] | None = None, messages_api: bool = False
+) -> Response:
+    """An OpenAI-style error body, {"error": {"message", "type"}}, or Anthropic's."""
+    if messages_api:
+        return JSONResponse(
+            anthropic.error_body(status, message), status_code=status, headers=headers
+        )
     body = {"error": {"message": message, "type": _error_type(status)}}
     return JSONResponse(body, status_code=status, headers=headers)
 
@@ -157,11 +164,14 @@ async def _parse(http: Request) -> ChatRequest | Response:
     return error_response(400, f"not a chat-completions request: {problem}")
 
 
-async def _answer(request: ChatRequest, state: ProviderState) -> Response:
+async def _answer(
+    request: ChatRequest, state: ProviderState, messages_api: bool = False
+) -> Response:
     """Match a script, play its fault or latency, and render the reply for this turn."""
     matched = state.scenario.match(ConversationView.of(request))
     if matched is None:
-        return error_response(400, f"no script matched the request (model {request.model!r})")
+        message = f"no script matched the request (model {request.model!r})"
+        return error_response(400, message, messages_api=messages_api)
     script, turn = matched.script, request.turn
     state.stats.params[f"{script.name}: {request.params}"] += 1
     fault = state.faults.take(script, turn)
@@ -169,27 +179,31 @@ async def _answer(request: ChatRequest, state: ProviderState) -> Response:
         await asyncio.sleep(fault.hang_ms / 1000)
         if fault.status is not None or fault.malformed:
             state.stats.record(script, None)
-            return _fault_response(fault, script, turn)
+            return _fault_response(fault, script, turn, messages_api)
     await asyncio.sleep(script.latency_ms / 1000)
     reply = script.reply_for(turn)
     if reply is None:
         state.stats.record(script, None)
         replies = len(script.replies)
         message = f"script {script.name!r} has no reply for turn {turn} (it has {replies})"
-        return error_response(500, message)
+        return error_response(500, message, messages_api=messages_api)
     rendered = render_reply(reply, request, matched.groups)
     state.stats.record(script, rendered)
+    if messages_api:
+        return JSONResponse(anthropic.message_body(request, rendered))
     return JSONResponse(completion_body(request, rendered))
 
 
-def _fault_response(fault: Fault, script: Script, turn: int) -> Response:
+def _fault_response(
+    fault: Fault, script: Script, turn: int, messages_api: bool = False
+) -> Response:
     """The response a status or malformed fault scripts."""
     if fault.malformed:
         return Response(MALFORMED_BODY, media_type="application/json")
     assert fault.status is not None
     headers = {"Retry-After": f"{fault.retry_after:g}"} if fault.retry_after is not None else None
     message = f"scripted fault: status {fault.status} (script {script.name!r}, turn {turn})"
-    return error_response(fault.status, message, headers)
+    return error_response(fault.status, message, headers, messages_api)
 
 
 async def chat_completions(http: Request) -> Response:
@@ -200,6 +214,30 @@ async def chat_completions(http: Request) -> Response:
     try:
         parsed = await _parse(http)
         response = await _answer(parsed, state) if isinstance(parsed, ChatRequest) else parsed
+    finally:
+        state.stats.end()
+    response.headers["X-Service-Ms"] = f"{(time.perf_counter() - started) * 1000:.3f}"
+    return response
+
+
+async def messages(http: Request) -> Response:
+    """POST /v1/messages: the same scripts, in Anthropic's Messages shape."""
+    started = time.perf_counter()
+    state: ProviderState = http.app.state.provider
+    state.stats.begin()
+    try:
+        try:
+            parsed: ChatRequest | Response = anthropic.to_chat(json.loads(await http.body()))
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            problem = f"{'.'.join(str(part) for part in first['loc'])}: {first['msg']}"
+            parsed = error_response(400, f"not a Messages request: {problem}", messages_api=True)
+        except (ValueError, AttributeError) as exc:
+            parsed = error_response(400, f"not a Messages request: {exc}", messages_api=True)
+        if isinstance(parsed, ChatRequest):
+            response = await _answer(parsed, state, messages_api=True)
+        else:
+            response = parsed
     finally:
         state.stats.end()
     response.headers["X-Service-Ms"] = f"{(time.perf_counter() - started) * 1000:.3f}"
@@ -228,6 +266,7 @@ def create_app(scenario: Scenario) -> Starlette:
     app = Starlette(
         routes=[
             Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+            Route("/v1/messages", messages, methods=["POST"]),
             Route("/stats", get_stats, methods=["GET"]),
             Route("/stats/reset", reset_stats, methods=["POST"]),
             Route("/healthz", healthz, methods=["GET"]),
