@@ -73,6 +73,7 @@ def run_agent(
         state_path=state_path,
         cancel=cancel or CancelToken(),
         params=params,
+        tool_call_text_fallback=config.tool_call_text_fallback,
     )
     state = loop.run(state, harness)
     stopped_by = (

@@ -129,6 +129,7 @@ class RunConfig(BaseModel):
     router_model: str | None = None
     router_max_tokens: int | None = None
     router_temperature: float | None = None
+    tool_call_text_fallback: bool = True
     prices: PriceTable | None = None  # None: the worker's LLM_PRICES (runs from before)
     gate_off: list[str] = []
     min_chars: int = 40

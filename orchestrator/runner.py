@@ -128,6 +128,7 @@ def _meta(
         max_tokens=llm.max_tokens or config.harness.max_tokens,
         temperature=_first(llm.temperature, config.harness.temperature),
         token_param=llm.token_param,
+        tool_call_text_fallback=config.harness.tool_call_text_fallback,
         prices=llm.prices if "prices" in llm.model_fields_set else config.prices,
         router_model=llm.model or config.harness.router.model or config.harness.model,
         router_max_tokens=llm.max_tokens or config.harness.router.max_tokens,

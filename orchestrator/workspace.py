@@ -92,6 +92,8 @@ class HarnessConfig(_Table):
     budget_usd: float | None = Field(default=0.05, gt=0)
     max_tokens: int | None = Field(default=1024, ge=1, description="per reply")
     temperature: float | None = Field(default=0.2, ge=0, le=2)
+    # A reply whose text is a tool call (bare JSON, <tool_call>, a fenced block) runs it.
+    tool_call_text_fallback: bool = True
     router: RouterConfig = RouterConfig()
 
 

@@ -216,3 +216,25 @@ def test_the_demo_over_anthropic_messages_gives_the_reference_table(demo: Path, 
     assert node_numbers(record) == REFERENCE_NODES
     assert ticket_rows(record) == REFERENCE_TICKETS
     assert params["router: max_tokens=512 temperature=0.0"] == 1  # Messages' own fields
+
+
+def test_a_worker_that_writes_its_tool_call_as_text_still_gets_its_facts(
+    demo: Path, cli: Cli
+) -> None:
+    """T-1001's billing worker writes `<tool_call>{...}</tool_call>` instead of a structured
+    call (as small models do): the lookup runs, the draft passes, and the trace says the call
+    was parsed from text. With tool_call_text_fallback = false it would be the answer."""
+    scripts = demo_scripts()
+    t1001 = next(s for s in scripts if s["name"] == "T-1001#1")
+    call = '{"name": "lookup_order", "arguments": {"order_id": "A-77301"}}'
+    t1001["replies"][0] = {
+        "text": f"<tool_call>{call}</tool_call>",
+        "usage": {"prompt_tokens": 781, "completion_tokens": 92},
+    }
+    write_scenarios(demo / "scenarios" / "demo.yaml", scripts)
+    assert cli("run", cwd=demo).returncode == 1
+    assert ticket_rows(state(demo)) == REFERENCE_TICKETS
+    parsed = [e for e in events(demo) if e["event"] == "tool_call_parsed"]
+    assert [(e["ticket"], e["tool"], e["parsed_from_text"]) for e in parsed] == [
+        ("T-1001", "lookup_order", True)
+    ]
