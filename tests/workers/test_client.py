@@ -263,3 +263,16 @@ def test_the_anthropic_api_retries_and_explains_as_the_openai_one(tmp_path: Path
         pytest.raises(ProviderError, match="LLM_API_KEY"),
     ):
         _client(url, api="anthropic").complete("m", HELLO, [])
+
+
+def test_a_proxy_html_error_page_is_retried_and_shown_on_one_line(tmp_path: Path) -> None:
+    with running_provider(_scripted(tmp_path, [{"status": 502, "html": True}])) as url:
+        with pytest.raises(ProviderError, match=r"HTTP 502: <html>.*502 Bad Gateway") as caught:
+            _client(url, max_retries=1).complete("m", HELLO, [])
+        assert _requests(url) == 2 and "\n" not in str(caught.value)
+
+
+def test_a_connection_reset_mid_body_is_retried(tmp_path: Path) -> None:
+    with running_provider(_scripted(tmp_path, [{"reset": True, "times": 1}])) as url:
+        reply = _client(url).complete("m", HELLO, [])
+        assert reply.message.content == "hi" and _requests(url) == 2

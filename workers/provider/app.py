@@ -16,19 +16,25 @@ import json
 import time
 import uuid
 from collections import Counter
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from workers.provider import anthropic
 from workers.provider.scenario import Fault, Scenario, Script
 from workers.provider.wire import ChatRequest, ConversationView, RenderedReply, render_reply
 
+# What a proxy (nginx, a load balancer) sends when the server behind it fails.
+HTML_ERROR = (
+    "<html><head><title>{status}</title></head>\n<body><h1>{status} Bad Gateway</h1>"
+    "<hr><center>nginx</center></body></html>\n"
+)
 # A body that starts like a completion and stops mid-way, as a truncated proxy reply would.
 MALFORMED_BODY = b'{"id": "chatcmpl-malformed", "object": "chat.completion", "choices": [{'
 
@@ -177,7 +183,7 @@ async def _answer(
     fault = state.faults.take(script, turn)
     if fault is not None:
         await asyncio.sleep(fault.hang_ms / 1000)
-        if fault.status is not None or fault.malformed:
+        if fault.status is not None or fault.malformed or fault.reset:
             state.stats.record(script, None)
             return _fault_response(fault, script, turn, messages_api)
     await asyncio.sleep(script.latency_ms / 1000)
@@ -197,13 +203,24 @@ async def _answer(
 def _fault_response(
     fault: Fault, script: Script, turn: int, messages_api: bool = False
 ) -> Response:
-    """The response a status or malformed fault scripts."""
+    """The response a status, malformed or reset fault scripts."""
     if fault.malformed:
         return Response(MALFORMED_BODY, media_type="application/json")
+    if fault.reset:
+        return StreamingResponse(_cut_off(), media_type="application/json")
     assert fault.status is not None
+    if fault.html:
+        page = HTML_ERROR.format(status=fault.status)
+        return Response(page, status_code=fault.status, media_type="text/html")
     headers = {"Retry-After": f"{fault.retry_after:g}"} if fault.retry_after is not None else None
     message = f"scripted fault: status {fault.status} (script {script.name!r}, turn {turn})"
     return error_response(fault.status, message, headers, messages_api)
+
+
+async def _cut_off() -> AsyncIterator[bytes]:
+    """Half a completion, then the connection drops (the server raises mid-body)."""
+    yield MALFORMED_BODY
+    raise ConnectionResetError("scripted fault: connection reset mid-body")
 
 
 async def chat_completions(http: Request) -> Response:

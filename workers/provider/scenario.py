@@ -10,7 +10,8 @@ state).
                                       #   model, system, user, transcript, tool_results
       latency_ms: 0                   # scripted model time, slept asynchronously
       after_last: error               # or repeat_last, once the turns run past `replies`
-      faults: [{turn: 0, status: 429, retry_after: 1, times: 1}]
+      faults: [{turn: 0, status: 429, retry_after: 1, times: 1}]   # also: malformed: true,
+                                      #   reset: true, hang_ms: 500, status: 502 + html: true
       replies:
         - tool_calls: [{id: c1, name: list_files, arguments: {}}]
         - text: "done"
@@ -186,7 +187,8 @@ class When(_Strict):
 
 
 class Fault(_Strict):
-    """A scripted failure: an HTTP error status, a malformed body, or a hang before answering."""
+    """A scripted failure: an HTTP error status (with a JSON or, `html`, an HTML error page
+    as a proxy sends), a malformed body, a connection `reset` mid-body, or a hang first."""
 
     turn: int | None = Field(default=None, ge=0, description="None: every turn")
     status: int | None = Field(default=None, ge=400, le=599)
@@ -194,13 +196,17 @@ class Fault(_Strict):
     times: int | None = Field(default=None, ge=1, description="None: fires every time")
     malformed: bool = False
     hang_ms: float = Field(default=0, ge=0)
+    html: bool = False
+    reset: bool = False
 
     @model_validator(mode="after")
     def _one_effect(self) -> Fault:
-        if self.status is not None and self.malformed:
-            raise ValueError("a fault has either `status` or `malformed`, not both")
-        if self.status is None and not self.malformed and not self.hang_ms:
-            raise ValueError("a fault needs `status`, `malformed` or `hang_ms`")
+        if sum([self.status is not None, self.malformed, self.reset]) > 1:
+            raise ValueError("a fault has one of `status`, `malformed` or `reset`")
+        if self.status is None and not self.malformed and not self.reset and not self.hang_ms:
+            raise ValueError("a fault needs `status`, `malformed`, `reset` or `hang_ms`")
+        if self.html and self.status is None:
+            raise ValueError("`html` only goes with `status`")
         if self.retry_after is not None and self.status is None:
             raise ValueError("`retry_after` only goes with `status`")
         return self
