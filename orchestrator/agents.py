@@ -53,22 +53,17 @@ def run_agent(
     tracer: Tracer,
     state_path: Path,
     cancel: CancelToken | None = None,
-    router: bool = False,
+    role: str = "worker",
 ) -> AgentResult:
     """Run (or resume from `state_path`) one agent; its state is saved after every step.
     Setting `cancel` stops it at once, even mid-request or in a tool."""
-    model = (config.router_model or config.model) if router else config.model
+    model, params, budget = _role(config, role)
     state = RunState.load(state_path) if state_path.exists() else new_run(system, task, model)
-    params = RequestParams(
-        max_tokens=config.router_max_tokens if router else config.max_tokens,
-        temperature=config.router_temperature if router else config.temperature,
-        token_param=config.token_param,  # type: ignore[arg-type]
-    )
     harness = loop.Harness(
         client=shared_client(llm),
         catalog=Catalog(tools),
         price=(config.prices or llm.prices).for_model(state.model),
-        limits=loop.Limits(max_turns=config.max_turns, budget_usd=config.budget_usd),
+        limits=loop.Limits(max_turns=config.max_turns, budget_usd=budget),
         tracer=tracer.bind(agent_run_id=state.run_id),
         state_path=state_path,
         cancel=cancel or CancelToken(),
@@ -95,6 +90,27 @@ def run_agent(
         stopped_by=stopped_by,
         unsure_writes=list(state.unsure_calls),
     )
+
+
+def _role(config: RunConfig, role: str) -> tuple[str, RequestParams, float | None]:
+    """(model, request settings, USD budget) of an agent run by its role: router, worker
+    or evaluator; each role falls back to the workers' settings where it sets none."""
+    token_param = config.token_param
+    if role == "router":
+        max_tokens, temperature = config.router_max_tokens, config.router_temperature
+        model, budget = config.router_model or config.model, config.budget_usd
+    elif role == "evaluator":
+        max_tokens, temperature = config.evaluator_max_tokens, config.evaluator_temperature
+        model, budget = config.evaluator_model or config.model, config.evaluator_budget_usd
+    else:
+        max_tokens, temperature = config.max_tokens, config.temperature
+        model, budget = config.model, config.budget_usd
+    params = RequestParams(
+        max_tokens=max_tokens,
+        temperature=temperature,
+        token_param=token_param,  # type: ignore[arg-type]
+    )
+    return model, params, budget
 
 
 def shared_client(llm: HarnessSettings) -> ModelClient:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -79,7 +80,7 @@ def route(ctx: Context) -> list[str]:
         trace,
         ctx.store.agent_path(ROUTER, "route"),
         ctx.cancel,
-        router=True,
+        role="router",
     )
     if not result.ok:
         again = (
@@ -293,6 +294,24 @@ class Outcome:
     retryable: bool = False
 
 
+class _Stopped(Exception):
+    """The evaluator ended the loop (no verdict, or a failed agent run)."""
+
+    def __init__(self, outcome: Outcome) -> None:
+        super().__init__(outcome.stop)
+        self.outcome = outcome
+
+
+VERDICT = re.compile(r"(PASS|FAIL:\s*\S[^\n]{0,300})")
+
+
+def evaluator_verdict(text: str) -> str | None:
+    """`PASS` or `FAIL: <why>` when the evaluator's whole answer is exactly one of those
+    (one line; `FAIL:` needs a reason); None for anything else."""
+    answer = text.strip()
+    return answer if VERDICT.fullmatch(answer) else None
+
+
 class ReviewLoop:
     """Verify, fix, re-verify for one ticket, reading and writing its out/ file."""
 
@@ -330,10 +349,47 @@ class ReviewLoop:
             self.ticket_id, self.text, self.config.filler_phrases, self.sources, rules
         )
         self.trace.emit("gate", round=self.rounds, **{"pass": result.passed}, report=result.report)
+        if result.passed and self.config.evaluator:
+            return self.evaluate()
         return result
+
+    def evaluate(self) -> gate.GateResult:
+        """The model-based check, on a draft the deterministic gate passed: PASS, or a FAIL
+        whose reason goes to the rewriter like a gate report. Anything else stops the loop."""
+        task = prompts.evaluator_input(
+            self.ticket_id, self.ctx.ticket_text(self.ticket_id), self.text
+        )
+        result = run_agent(
+            prompts.EVALUATOR,
+            task,
+            [],
+            self.config,
+            self.ctx.llm,
+            self.trace,
+            self.ctx.store.agent_path(self.ticket_id, f"evaluate-{self.rounds}"),
+            self.ctx.cancel,
+            role="evaluator",
+        )
+        self.usage = self.usage + result.usage  # the evaluator's cost is review's
+        if not result.ok:
+            raise _Stopped(Outcome(result.stop, result.error or "no verdict", result.retryable))
+        verdict = evaluator_verdict(result.text or "")
+        self.trace.emit("evaluated", round=self.rounds, verdict=verdict or "unclear")
+        if verdict is None:
+            shown = (result.text or "").strip()[:120]
+            raise _Stopped(Outcome("evaluator_unclear", f"the evaluator said {shown!r}"))
+        if verdict == "PASS":
+            return gate.GateResult(True, "")
+        return gate.GateResult(False, f"evaluator:{verdict.removeprefix('FAIL:').strip()}")
 
     def run(self) -> Outcome:
         """The loop; each `return` is one of the stop reasons."""
+        try:
+            return self._run()
+        except _Stopped as stopped:
+            return stopped.outcome
+
+    def _run(self) -> Outcome:
         verdict, last_report = self.check(), None
         while not verdict.passed:
             self.reports.append(verdict.report)

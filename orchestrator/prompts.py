@@ -81,3 +81,18 @@ def rewrite_input(ticket_id: str, previous: str, report: str) -> str:
             "Fix only the problems named in the report and rewrite the complete reply.",
         ]
     )
+
+
+EVALUATOR = (
+    "You are the last check before a support reply is sent. Read the customer's ticket and "
+    "the draft reply. The reply fails if it does not answer the ticket, promises something "
+    "it cannot know, or would confuse the customer. Answer with exactly one line: PASS, or "
+    "FAIL: followed by the problem in a few words."
+)
+
+
+def evaluator_input(ticket_id: str, ticket_text: str, draft: str) -> str:
+    """The evaluator's task: one ticket and its draft."""
+    return "\n".join(
+        [f"Ticket {ticket_id}:", ticket_text, "---", "Draft reply:", draft, "---", "Verdict?"]
+    )

@@ -130,6 +130,11 @@ class RunConfig(BaseModel):
     router_max_tokens: int | None = None
     router_temperature: float | None = None
     tool_call_text_fallback: bool = True
+    evaluator: bool = False
+    evaluator_model: str | None = None
+    evaluator_max_tokens: int | None = 200
+    evaluator_temperature: float | None = 0.0
+    evaluator_budget_usd: float | None = 0.01
     prices: PriceTable | None = None  # None: the worker's LLM_PRICES (runs from before)
     gate_off: list[str] = []
     min_chars: int = 40

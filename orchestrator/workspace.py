@@ -97,6 +97,17 @@ class HarnessConfig(_Table):
     router: RouterConfig = RouterConfig()
 
 
+class EvaluatorConfig(_Table):
+    """An optional model-based check after the deterministic gate (`[evaluator]`, off by
+    default): it sees drafts the gate passed and answers PASS or FAIL: <why>, strictly."""
+
+    enabled: bool = False
+    model: str | None = None  # unset: the workers' model
+    max_tokens: int | None = Field(default=200, ge=1)
+    temperature: float | None = Field(default=0.0, ge=0, le=2)
+    budget_usd: float | None = Field(default=0.01, gt=0, description="per evaluation")
+
+
 DEFAULT_READS = {"bug": ["kb"], "billing": ["data/orders.json"]}
 
 
@@ -127,6 +138,7 @@ class WorkspaceConfig(BaseModel):
     gate: GateConfig = GateConfig()
     harness: HarnessConfig = HarnessConfig()
     tools: ToolsConfig = ToolsConfig()
+    evaluator: EvaluatorConfig = EvaluatorConfig()
     # USD per million tokens, by model; LLM_PRICES (the same shape, as JSON) overrides it.
     prices: PriceTable = PriceTable()
 
