@@ -30,7 +30,8 @@ def _evaluator(name: str, answer: str, ticket: str = "\\S+") -> dict[str, Any]:
 
 
 def _run(demo: Path, cli: Cli, *evaluators: dict[str, Any], extra: list[Any] | None = None) -> int:
-    (demo / CONFIG_FILE).write_text((demo / CONFIG_FILE).read_text() + ON)
+    config = demo / CONFIG_FILE
+    config.write_text(config.read_text().replace("enabled = false", ON, 1))
     write_scenarios(
         demo / "scenarios" / "demo.yaml", [*evaluators, *(extra or []), *demo_scripts()]
     )
