@@ -18,7 +18,8 @@ from tests.orchestrator.conftest import (
     write_scenarios,
 )
 
-ON = '\n[evaluator]\nenabled = true\nmodel = "judge"\nbudget_usd = 0.02\n'
+# The demo's [evaluator] table, turned on, with a model of its own.
+ON = 'enabled = true\nmodel = "judge"'
 
 
 def _evaluator(name: str, answer: str, ticket: str = "\\S+") -> dict[str, Any]:
