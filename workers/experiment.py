@@ -69,9 +69,13 @@ def build(opts: Options, client: ModelClient, state: RunState) -> loop.Harness:
     workspace = filetools.Workspace(opts.workspace)
     tracer = Tracer(opts.trace, state.run_id)
     reader_tools = [t for t in workspace.tools() if t.name in ("list_files", "read_file")]
-    child = loop.Harness(client=client, catalog=Catalog(reader_tools), limits=CHILD_LIMITS)
+    price = client.settings.prices.for_model(state.model)  # LLM_PRICES, else $2/$12
+    child = loop.Harness(
+        client=client, catalog=Catalog(reader_tools), limits=CHILD_LIMITS, price=price
+    )
     return loop.Harness(
         client=client,
+        price=price,
         catalog=Catalog([*workspace.tools(), research_tool(child)]),
         limits=loop.Limits(max_turns=opts.max_turns, budget_usd=opts.budget),
         tool_errors=loop.ToolErrors(opts.tool_errors),
@@ -87,7 +91,7 @@ def run_experiment(opts: Options, settings: HarnessSettings) -> tuple[RunState, 
     """Run (or resume) the scenario; return the final state and the wall time in ms."""
     if not (opts.workspace / "errors.log").exists():
         filetools.make_demo_workspace(opts.workspace)
-    state = RunState.load(opts.resume) if opts.resume else _fresh(opts)
+    state = RunState.load(opts.resume) if opts.resume else _fresh(opts, settings)
     with endpoint(settings) as live:
         client = ModelClient(live)
         try:
@@ -101,8 +105,11 @@ def run_experiment(opts: Options, settings: HarnessSettings) -> tuple[RunState, 
             client.close()
 
 
-def _fresh(opts: Options) -> RunState:
-    return new_run(SYSTEM, TASKS.get(opts.scenario, DEFAULT_TASK), model=opts.scenario)
+def _fresh(opts: Options, settings: HarnessSettings) -> RunState:
+    """A new run. Its model is LLM_MODEL against a real endpoint; the built-in scripted
+    provider picks its script by model name, so there it is the scenario's name."""
+    model = settings.model if settings.model and settings.base_url else opts.scenario
+    return new_run(SYSTEM, TASKS.get(opts.scenario, DEFAULT_TASK), model=model)
 
 
 def _run_with_decision(state: RunState, h: loop.Harness, opts: Options) -> RunState:

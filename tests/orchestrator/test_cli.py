@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -160,3 +161,12 @@ def test_a_provider_failure_is_exit_3_in_the_harness_as_in_the_graph(demo: Path,
     graph = cli("run", cwd=demo, env=env)
     assert harness.returncode == graph.returncode == 3, harness.stderr + graph.stderr
     assert url in harness.stderr and url in graph.stderr
+
+
+def test_the_harness_charges_llm_prices(demo: Path, cli: Cli) -> None:
+    prices = '{"default": {"input_per_million": 4.0, "output_per_million": 24.0}}'
+    base = cli("harness", "plan", "--json", cwd=demo)
+    doubled = cli("harness", "plan", "--json", cwd=demo, env={"LLM_PRICES": prices})
+    assert base.returncode == doubled.returncode == 0, base.stderr + doubled.stderr
+    cost = json.loads(base.stdout)["cost_usd"]
+    assert cost > 0 and json.loads(doubled.stdout)["cost_usd"] == pytest.approx(2 * cost)

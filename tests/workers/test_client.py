@@ -276,3 +276,23 @@ def test_a_connection_reset_mid_body_is_retried(tmp_path: Path) -> None:
     with running_provider(_scripted(tmp_path, [{"reset": True, "times": 1}])) as url:
         reply = _client(url).complete("m", HELLO, [])
         assert reply.message.content == "hi" and _requests(url) == 2
+
+
+FIXTURES = json.loads((Path(__file__).parent / "fixtures" / "replies.json").read_text())
+TOOL_CALL_SHAPES = [k for k in FIXTURES if k.endswith(("tool_call", "arguments"))]
+
+
+@pytest.mark.parametrize("shape", TOOL_CALL_SHAPES)
+def test_every_server_familys_tool_call_reads_the_same(canned: type[_Canned], shape: str) -> None:
+    with canned([FIXTURES[shape]]) as server:
+        reply = _client(server.url).complete("m", HELLO, [])
+    (call,) = reply.message.tool_calls or []
+    assert call.function.name == "lookup_order" and call.id
+    assert json.loads(call.function.arguments) == {"order_id": "A-77301"}
+    assert reply.usage.prompt_tokens > 0 and not reply.usage.estimated
+
+
+def test_a_local_server_without_usage_is_estimated(canned: type[_Canned]) -> None:
+    with canned([FIXTURES["no_usage_answer"]]) as server:
+        reply = _client(server.url).complete("m", HELLO, [])
+    assert reply.message.content == "Ticket T-1001: refunded." and reply.usage.estimated
