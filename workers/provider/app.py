@@ -1,7 +1,10 @@
-"""The scripted provider's HTTP app: OpenAI chat completions answered from a scenario.
+"""The scripted provider's HTTP app: OpenAI chat completions and Anthropic Messages
+answered from the same scenario.
 
     POST /v1/chat/completions   a scripted reply (or a scripted fault)
-    GET  /stats                 requests, in-flight, tokens, per-script counts, CPU seconds
+    POST /v1/messages           the same, in Anthropic's shape (anthropic.py)
+    GET  /stats                 requests, in-flight, tokens, per-script counts, the request
+                                settings each script saw (`params`), CPU seconds
     POST /stats/reset           zero the stats
     GET  /healthz               {"ok": true}
 
