@@ -35,8 +35,14 @@ class AgentResult:
 
     @property
     def stop(self) -> str:
-        """The ticket's stop reason when this run did not produce an answer."""
-        return "time_limit" if self.stopped_by == TIME_LIMIT else "worker_failed"
+        """The ticket's stop reason when this run did not produce an answer: its own cap
+        (`max_turns`, `budget`), the task's `time_limit`, or `worker_failed`."""
+        if self.stopped_by == TIME_LIMIT:
+            return "time_limit"
+        return {
+            RunStatus.MAX_TURNS_EXCEEDED: "max_turns",
+            RunStatus.BUDGET_EXCEEDED: "budget",
+        }.get(self.status, "worker_failed")
 
     @property
     def ok(self) -> bool:

@@ -20,6 +20,7 @@ import os
 from pathlib import Path
 
 from orchestrator import inbox
+from orchestrator.errors import UsageError
 from orchestrator.records import RejectedFile
 from orchestrator.runstate import RunStore
 from orchestrator.ticketfile import shown
@@ -81,6 +82,6 @@ def names_of(store: RunStore, ticket_ids: list[str]) -> list[str]:
     names = []
     for ticket_id in ticket_ids:
         if not store.record_path(ticket_id).exists():
-            raise ValueError(f"run {store.run_id} has no ticket {ticket_id!r}")
+            raise UsageError(f"run {store.run_id} has no ticket {ticket_id!r}")
         names.append(Path(store.ticket(ticket_id).source).name)
     return names

@@ -8,7 +8,7 @@ import signal
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from orchestrator.exit_codes import ExitCode
 
@@ -38,12 +38,42 @@ def _raise_interrupt(_signum: int, _frame: object) -> None:
     raise KeyboardInterrupt
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with usage errors exiting 64 (EX_USAGE) instead of 2, which cron would read
+    as "stopped early"."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(ExitCode.USAGE, f"{self.prog}: error: {message}\n")
+
+
+def _positive(text: str) -> int:
+    """An integer of at least 1 (a flag's type)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is less than 1")
+    return value
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("ticketgraph")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="ticketgraph",
         description="Route support tickets, draft replies with LLM agent workers on Celery, "
         "review every draft, and report with an exit code cron can check.",
     )
+    parser.add_argument("--version", action="version", version=f"ticketgraph {_version()}")
     sub = parser.add_subparsers(required=True, metavar="COMMAND")
     _add_init(sub)
     _add_run(sub)
@@ -113,7 +143,9 @@ def _add_run(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _graph_options(p)
-    p.add_argument("--pool-size", type=int, help="tickets in flight (default POOL_SIZE or config)")
+    p.add_argument(
+        "--pool-size", type=_positive, help="tickets in flight (default POOL_SIZE or config)"
+    )
     p.add_argument(
         "--stop-after",
         choices=["route", "merge"],
@@ -202,12 +234,14 @@ def _failed(command: str, exc: Exception) -> int:
     """One sentence on stderr; the exit code says what kind of failure it was."""
     from pydantic import ValidationError
 
-    from orchestrator.errors import ConfigError, RunBusy
+    from orchestrator.errors import ConfigError, RunBusy, UsageError
     from workers.settings import SettingsError
 
     print(f"ticketgraph {command}: {exc}", file=sys.stderr)
     if isinstance(exc, RunBusy):
         return ExitCode.TEMPFAIL
+    if isinstance(exc, UsageError):
+        return ExitCode.USAGE
     if isinstance(exc, ConfigError | ValidationError | SettingsError):
         return ExitCode.CONFIG
     return EXIT_CRASHED
@@ -316,8 +350,12 @@ def _add_worker(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
         "stop.",
     )
     p.add_argument("--broker", help="Redis URL (default: TICKETGRAPH_BROKER_URL)")
-    p.add_argument("--processes", "-p", type=int, help="worker processes (default: one per core)")
-    p.add_argument("--threads", "-t", type=int, default=8, help="threads per process (default 8)")
+    p.add_argument(
+        "--processes", "-p", type=_positive, help="worker processes (default: one per core)"
+    )
+    p.add_argument(
+        "--threads", "-t", type=_positive, default=8, help="threads per process (default 8)"
+    )
     p.add_argument("--hostname", "-n", help="node name prefix, e.g. worker1 (default ticketgraph)")
     p.add_argument("--loglevel", "-l", default="INFO")
     p.set_defaults(handler=_worker)
@@ -339,13 +377,14 @@ def _worker(args: argparse.Namespace) -> int:
     broker = args.broker or settings.broker_url
     if not broker:
         print("ticketgraph worker: set TICKETGRAPH_BROKER_URL or pass --broker", file=sys.stderr)
-        return 2
+        return ExitCode.CONFIG
     if not llm.base_url:
-        print("ticketgraph worker: set LLM_BASE_URL (the model endpoint)", file=sys.stderr)
-        return 2
-    if (args.processes is not None and args.processes < 1) or args.threads < 1:
-        print("ticketgraph worker: --processes and --threads must be at least 1", file=sys.stderr)
-        return 2
+        print(
+            "ticketgraph worker: set LLM_BASE_URL (the model endpoint; for the demo, "
+            "`ticketgraph provider --scenarios scenarios/demo.yaml` serves one)",
+            file=sys.stderr,
+        )
+        return ExitCode.CONFIG
     celery_app = configure(broker, settings, llm)
     name = (args.hostname or "ticketgraph").split("@", 1)[0]
     processes = args.processes or os.cpu_count() or 1

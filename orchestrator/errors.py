@@ -10,7 +10,8 @@ GraphError
 ├── RouteFailed       the router's model run did not answer
 ├── RunTimeout        the verdict did not arrive in time
 ├── RunBusy           another process holds the run's lease (exit 75: try again later)
-└── ConfigError       the workspace or environment configuration is wrong (exit 78)
+├── ConfigError       the workspace or environment configuration is wrong (exit 78)
+└── UsageError        the command line names something that is not there (exit 64)
 """
 
 from __future__ import annotations
@@ -58,3 +59,7 @@ class RunBusy(GraphError):
 
 class ConfigError(GraphError):
     """A configuration value is missing, unknown or out of range."""
+
+
+class UsageError(GraphError):
+    """The command line is wrong: an unknown run id, a missing workspace."""

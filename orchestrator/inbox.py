@@ -24,7 +24,7 @@ from typing import BinaryIO, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_serializer
 
 from orchestrator import ticketfile
-from orchestrator.errors import InboxError
+from orchestrator.errors import InboxError, UsageError
 from orchestrator.ticketfile import Problem, RejectKind, shown
 from workers import atomic
 from workers.trace import now_iso
@@ -112,7 +112,10 @@ def claimable(inbox: Path, now: float, limits: InboxLimits) -> list[str]:
         with os.scandir(inbox) as listing:
             entries = list(listing)
     except (FileNotFoundError, NotADirectoryError) as exc:
-        raise InboxError(f"no inbox folder at {inbox}") from exc
+        raise UsageError(
+            f"no inbox folder at {inbox}: is {inbox.parent} a workspace? "
+            f"(`ticketgraph init {inbox.parent}` makes one)"
+        ) from exc
     except OSError as exc:
         raise InboxError(f"cannot list the inbox folder {inbox}: {exc.strerror}") from exc
     names = (e.name for e in entries if not e.name.startswith(".") and _settled(e, now, limits))

@@ -88,7 +88,7 @@ class StepUsage(BaseModel):
 
 
 # Stop reasons of a ticket whose worker gave no answer (as opposed to a gate verdict).
-FAILED_STOPS = frozenset({"worker_failed", "time_limit"})
+FAILED_STOPS = frozenset({"worker_failed", "time_limit", "max_turns", "budget"})
 
 
 class TicketRecord(BaseModel):

@@ -25,7 +25,7 @@ from typing import TypeVar
 from pydantic import BaseModel, ValidationError
 
 from orchestrator import ids
-from orchestrator.errors import RunStateError
+from orchestrator.errors import RunStateError, UsageError
 from orchestrator.records import NodeRecord, RunMeta, RunRecord, TicketRecord
 from workers import atomic
 from workers.trace import Tracer, now_iso
@@ -258,8 +258,11 @@ def link_latest(workspace_root: Path, store: RunStore) -> None:
 def find(workspace_root: Path, run_id: str) -> RunStore:
     """The store of `run_id` in this workspace; `RunStateError` if there is none (a run id
     that is not a plain name, e.g. `../elsewhere/x`, never becomes a path)."""
-    ids.run(run_id)
+    try:
+        ids.run(run_id)
+    except RunStateError as exc:
+        raise UsageError(str(exc)) from None
     store = RunStore(workspace_root / "runs" / run_id)
     if not store.meta_path.exists():
-        raise RunStateError(f"no run {run_id!r} under {workspace_root / 'runs'}")
+        raise UsageError(f"no run {run_id!r} under {workspace_root / 'runs'} (see `ls runs/`)")
     return store

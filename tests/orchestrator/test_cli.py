@@ -29,8 +29,8 @@ def test_top_level_help_lists_the_commands(cli: Cli, tmp_path: Path) -> None:
 
 def test_run_without_an_inbox_says_so(cli: Cli, tmp_path: Path) -> None:
     done = cli("run", cwd=tmp_path)
-    assert done.returncode == 3
-    assert "no inbox folder" in done.stderr
+    assert done.returncode == 64
+    assert "no inbox folder" in done.stderr and "ticketgraph init" in done.stderr
 
 
 def test_a_bad_ticket_is_quarantined_and_the_batch_goes_on(cli: Cli, demo: Path) -> None:
@@ -79,21 +79,21 @@ def test_a_run_id_is_never_a_path(cli: Cli, demo: Path, tmp_path: Path, run_id: 
     (elsewhere / "run.json").write_text("{}")
     for command in ("resume", "requeue"):
         done = cli(command, run_id, cwd=demo)
-        assert done.returncode == 3, done.stderr
+        assert done.returncode == 64, done.stderr
         assert "is not a run id" in done.stderr
 
 
 def test_resume_of_an_unknown_run(cli: Cli, demo: Path) -> None:
     done = cli("resume", "run-nope", cwd=demo)
-    assert done.returncode == 3
+    assert done.returncode == 64
     assert "no run 'run-nope'" in done.stderr
 
 
 def test_worker_needs_a_broker_and_a_model(cli: Cli, tmp_path: Path) -> None:
     done = cli("worker", cwd=tmp_path)
-    assert done.returncode == 2 and "TICKETGRAPH_BROKER_URL" in done.stderr
+    assert done.returncode == 78 and "TICKETGRAPH_BROKER_URL" in done.stderr
     done = cli("worker", cwd=tmp_path, env={"TICKETGRAPH_BROKER_URL": "redis://127.0.0.1:1/0"})
-    assert done.returncode == 2 and "LLM_BASE_URL" in done.stderr
+    assert done.returncode == 78 and "LLM_BASE_URL" in done.stderr
 
 
 def test_an_empty_inbox_is_a_clean_run_that_leaves_nothing(cli: Cli, demo: Path) -> None:
@@ -126,7 +126,7 @@ def test_requeue_puts_a_runs_tickets_back(cli: Cli, demo: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert sorted(p.name for p in (demo / "inbox").iterdir()) == ["T-1002.txt", "T-1005.txt"]
     unknown = cli("requeue", run_id, "T-9999", cwd=demo)
-    assert unknown.returncode == 3 and "T-9999" in unknown.stderr
+    assert unknown.returncode == 64 and "T-9999" in unknown.stderr
 
 
 @pytest.mark.parametrize(
@@ -170,3 +170,31 @@ def test_the_harness_charges_llm_prices(demo: Path, cli: Cli) -> None:
     assert base.returncode == doubled.returncode == 0, base.stderr + doubled.stderr
     cost = json.loads(base.stdout)["cost_usd"]
     assert cost > 0 and json.loads(doubled.stdout)["cost_usd"] == pytest.approx(2 * cost)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["run", "--stop-afer", "merge"],  # a misspelt flag
+        ["run", "--pool-size", "0"],
+        ["run", "--pool-size", "-1"],
+        ["run", "--pool-size", "abc"],
+        ["frobnicate"],
+        [],
+        ["worker", "--threads", "0"],
+    ],
+)
+def test_usage_errors_exit_64_with_one_message_and_create_nothing(
+    cli: Cli, demo: Path, argv: list[str]
+) -> None:
+    """Not 2, which cron reads as "stopped early"; nothing is claimed or created."""
+    done = cli(*argv, cwd=demo)
+    assert done.returncode == 64, done.stderr
+    assert "error:" in done.stderr and "Traceback" not in done.stderr
+    assert not (demo / "runs").exists() or not list((demo / "runs").iterdir())
+    assert len(list((demo / "inbox").iterdir())) == 6
+
+
+def test_version(cli: Cli, demo: Path) -> None:
+    done = cli("--version", cwd=demo)
+    assert done.returncode == 0 and done.stdout.startswith("ticketgraph 0.")

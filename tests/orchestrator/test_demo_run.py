@@ -238,3 +238,19 @@ def test_a_worker_that_writes_its_tool_call_as_text_still_gets_its_facts(
     assert [(e["ticket"], e["tool"], e["parsed_from_text"]) for e in parsed] == [
         ("T-1001", "lookup_order", True)
     ]
+
+
+def test_a_worker_that_hits_its_own_turn_cap_says_so(demo: Path, cli: Cli) -> None:
+    """max_turns = 1: each worker's first turn is a tool call, so every worker stops at its
+    cap; the ticket's stop is `max_turns`, not `worker_failed` (a dead provider)."""
+    config = demo / "ticketgraph.toml"
+    config.write_text(config.read_text().replace("max_turns = 6", "max_turns = 1"))
+    assert cli("run", cwd=demo).returncode == 1
+    tickets = state(demo)["tickets"]
+    assert {i: t["stop"] for i, t in tickets.items() if t["handler"] != "template"} == {
+        "T-1001": "max_turns",
+        "T-1002": "max_turns",
+        "T-1004": "max_turns",
+        "T-1005": "max_turns",
+    }
+    assert "max_turns_exceeded" in tickets["T-1001"]["error"]
