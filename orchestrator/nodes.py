@@ -275,6 +275,7 @@ def review(ctx: Context, ticket_id: str) -> str:
         ticket.stop = outcome.stop
     passed = outcome.stop == "gate_pass"
     ticket.status = TicketStatus.PASS if passed else TicketStatus.NEEDS_HUMAN
+    ticket.summary = report.summary(loop.text)
     ticket.one_line, ticket.review, ticket.error = (
         report.one_line(loop.text),
         loop.usage,

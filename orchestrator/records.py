@@ -100,6 +100,7 @@ class TicketRecord(BaseModel):
     handler: str | None = None
     file: str | None = None
     one_line: str | None = None
+    summary: str | None = None  # the reply's first sentence, up to 100 characters (report)
     gate_rounds: int = 0
     gate_reports: list[str] = []
     stop: str | None = None

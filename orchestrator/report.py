@@ -2,17 +2,27 @@
 
 from __future__ import annotations
 
+import re
+
 from orchestrator.records import FAILED_STOPS, RunRecord, TicketStatus
 from orchestrator.routing import OTHER
 
 NODE_ORDER = ("route", "fanout", "merge", "review")
 ONE_LINE_CHARS = 22
+SUMMARY_CHARS = 100
 
 
 def one_line(text: str) -> str:
     """The first sentence, cut to 22 characters with an ellipsis (as in the seed)."""
     head = " ".join(text.strip().split(".")[0].split())
     return f"{head[:ONE_LINE_CHARS]}…" if len(head) > ONE_LINE_CHARS else head
+
+
+def summary(text: str) -> str:
+    """The reply's first sentence (a full stop followed by a space ends it, so 399.00 does
+    not), up to SUMMARY_CHARS characters: what the report shows a person."""
+    head = " ".join(re.split(r"(?<=[.!?])\s", text.strip(), maxsplit=1)[0].split())
+    return f"{head[:SUMMARY_CHARS]}…" if len(head) > SUMMARY_CHARS else head
 
 
 def _row(cells: list[object], widths: list[int]) -> str:
@@ -75,8 +85,10 @@ def render(record: RunRecord) -> str:
     lines = [*node_table(record), "", *ticket_table(record), ""]
     lines.append(f"out/: {published} replies; need a human: {len(needs_human)} ticket{plural}")
     for ticket_id, t in needs_human:
-        detail = f"error: {t.error}" if t.stop in FAILED_STOPS or t.error else t.one_line
-        lines.append(f"  - {ticket_id} ({t.stop or t.status.value}): {detail}")
+        detail = f"error: {t.error}" if t.stop in FAILED_STOPS or t.error else t.summary
+        lines.append(f"  - {ticket_id} ({t.stop or t.status.value}): {detail or t.one_line}")
+        if t.gate_reports:
+            lines.append(f"      gate: {t.gate_reports[-1]}")
     guessed = [(i, t) for i, t in record.tickets.items() if t.routing in ("clamped", "missing")]
     if guessed:
         lines.append(f"routed to {OTHER} for want of a category: {len(guessed)}")

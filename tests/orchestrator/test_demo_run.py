@@ -254,3 +254,16 @@ def test_a_worker_that_hits_its_own_turn_cap_says_so(demo: Path, cli: Cli) -> No
         "T-1005": "max_turns",
     }
     assert "max_turns_exceeded" in tickets["T-1001"]["error"]
+
+
+def test_the_report_gives_a_person_what_to_act_on(demo: Path, cli: Cli) -> None:
+    """Needs-human tickets: the stop reason, the reply's first sentence up to 100
+    characters (the record's one_line stays the seed's 22), and the last gate report."""
+    assert cli("run", cwd=demo).returncode == 1
+    record = state(demo)
+    report = (demo / "runs" / record["run_id"] / "report.txt").read_text()
+    line = next(x for x in report.splitlines() if x.startswith("  - T-1004 (no_progress): "))
+    summary = line.removeprefix("  - T-1004 (no_progress): ")
+    assert summary.startswith("Ticket T-1004: changing the recipient") and len(summary) == 101
+    assert "      gate: filler_word:please wait a moment" in report
+    assert record["tickets"]["T-1004"]["one_line"] == "Ticket T-1004: changin…"
