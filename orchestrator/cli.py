@@ -130,6 +130,14 @@ def _graph_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workspace", type=Path, default=Path("."), help="workspace folder (default .)")
     p.add_argument("--broker", help="Redis URL (default: TICKETGRAPH_BROKER_URL, else embedded)")
     p.add_argument("--timeout", type=float, help="seconds to wait for the verdict (default 3600)")
+    p.add_argument(
+        "--wait-for-workers",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="with a shared broker: how long to wait for a worker to answer before giving up "
+        "(exit 78; nothing is claimed) (default 5)",
+    )
 
 
 def _add_run(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -220,6 +228,7 @@ def _run(args: argparse.Namespace) -> int:
 
     try:
         settings = _settings(args)
+        runner.require_workers(settings, args.wait_for_workers)
         store = runner.start(Workspace(args.workspace), settings)
     except (GraphError, OSError, ValueError) as exc:
         return _failed("run", exc)
@@ -254,6 +263,7 @@ def _resume(args: argparse.Namespace) -> int:
     try:
         settings = _settings(args)
         store = runstate.find(args.workspace, args.run_id)
+        runner.require_workers(settings, args.wait_for_workers)
         _wait_for_lease(store, args.wait)
         lease.acquire(store, "distributed" if settings.broker_url else "embedded")
         again = runner.reopen(store, args.retry_failed)

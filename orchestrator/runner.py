@@ -6,6 +6,7 @@ import contextlib
 import os
 import secrets
 import shutil
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -27,7 +28,13 @@ from orchestrator import (
     report,
 )
 from orchestrator.app import configure
-from orchestrator.errors import BrokerLostRun, BrokerUnavailable, RunStorageError, RunTimeout
+from orchestrator.errors import (
+    BrokerLostRun,
+    BrokerUnavailable,
+    ConfigError,
+    RunStorageError,
+    RunTimeout,
+)
 from orchestrator.exit_codes import ExitCode
 from orchestrator.records import (
     FAILED_STOPS,
@@ -344,6 +351,34 @@ def _submit_and_wait(
             raise RunTimeout(
                 f"no verdict after {settings.run_timeout_s:.0f} s; the run goes on in the workers"
             )
+
+
+QUICK_PING_S = 0.5  # a live worker answers a ping in milliseconds; say so only past this
+
+
+def require_workers(settings: GraphSettings, wait_s: float) -> None:
+    """With a shared broker, make sure at least one worker answers (Celery's ping) before
+    anything is claimed; `ConfigError` naming the broker (password masked) if none does.
+    An embedded run starts its own workers."""
+    if not settings.broker_url:
+        return
+    from kombu.utils.url import maybe_sanitize_url
+
+    app = configure(settings.broker_url, settings, HarnessSettings())
+    where = maybe_sanitize_url(settings.broker_url)
+    try:
+        answers = app.control.ping(timeout=min(QUICK_PING_S, wait_s), limit=1)
+        if not answers and wait_s > QUICK_PING_S:
+            print(f"waiting up to {wait_s:g} s for a worker on {where}", file=sys.stderr)
+            answers = app.control.ping(timeout=wait_s - QUICK_PING_S, limit=1)
+    except outage.BROKER_ERRORS as exc:
+        raise ConfigError(f"cannot reach the broker at {where}: {exc}") from exc
+    if not answers:
+        raise ConfigError(
+            f"no worker answered on the broker at {where} within {wait_s:g} s: start one "
+            "with `ticketgraph worker` (same TICKETGRAPH_BROKER_URL and LLM_BASE_URL), or "
+            "wait longer with --wait-for-workers SECONDS"
+        )
 
 
 def _outage_window(settings: GraphSettings) -> float:

@@ -147,3 +147,19 @@ def test_a_worker_process_that_dies_is_replaced(tmp_path: Path) -> None:
             parent.terminate()
             assert parent.wait(30) == 0
         assert all(not Path(f"/proc/{pid}").exists() for pid in now)
+
+
+def test_a_run_with_no_worker_listening_fails_fast_and_claims_nothing(demo: Path, cli: Cli) -> None:
+    """A shared broker that no worker listens on: exit 78 within the wait (here 2 s), the
+    broker named with its password masked, every ticket still in inbox/."""
+    with RedisServer(tcp=True) as redis:
+        url = f"redis://:s3cret@127.0.0.1:{redis.port}/0"
+        redis.client().config_set("requirepass", "s3cret")
+        started = time.monotonic()
+        done = cli("run", "--wait-for-workers", "2", cwd=demo, env={"TICKETGRAPH_BROKER_URL": url})
+        took = time.monotonic() - started
+    assert done.returncode == 78, done.stderr
+    assert "no worker answered" in done.stderr and "redis://:**@127.0.0.1" in done.stderr
+    assert "s3cret" not in done.stderr
+    assert len(list((demo / "inbox").iterdir())) == 6
+    assert took < 10  # the issue's bound: fail fast, not after the 3,600 s run timeout
