@@ -87,9 +87,11 @@ def _parser() -> argparse.ArgumentParser:
 
 RUN_EPILOG = """exit codes: 0 all tickets pass (or nothing to claim: no run, nothing paid), 1 some
 need a human (a verdict, a worker failure, or a file quarantined), 2 stopped early
-(--stop-after, SIGTERM; resumable), 3 crashed (the error is on stderr and in run.jsonl;
-resumable once fixed), 75 another process still works on the run (try again later, or
-resume --wait), 78 configuration error.
+(--stop-after, SIGTERM, a broker that lost its data; resumable), 3 crashed (the error and
+the path are on stderr and in run.jsonl; resumable once fixed), 64 usage error (a misspelt
+flag, an unknown run id, no workspace), 75 try again later (another process works on the
+run: resume --wait; or the broker stayed unreachable: the run goes on in the workers), 78
+configuration error (a bad setting, no worker answering on the broker).
 
 Each inbox file is claimed by exactly one run (an atomic rename into runs/<run>/claimed/);
 files that are not tickets go to quarantine/<run>/ with a .reason file. With no broker
