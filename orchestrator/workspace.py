@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import difflib
 import shutil
 import tomllib
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -193,9 +195,25 @@ def _first_problem(exc: ValidationError) -> str:
     error = exc.errors()[0]
     where = [str(part) for part in error["loc"]]
     key = f"[{where[0]}] {'.'.join(where[1:])}" if len(where) > 1 else where[0] if where else ""
-    message = "unknown key" if error["type"] == "extra_forbidden" else error["msg"]
+    message = error["msg"]
+    if error["type"] == "extra_forbidden":
+        message = "unknown key"
+        close = difflib.get_close_matches(where[-1], _known_keys(where[:-1]), n=1, cutoff=0.5)
+        if close:
+            message += f"; did you mean {close[0]!r}?"
     more = f" (and {len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
     return f"{key}: {message}{more}"
+
+
+def _known_keys(path: list[str]) -> list[str]:
+    """The keys the table at `path` (e.g. ["harness", "router"]) accepts."""
+    model: Any = WorkspaceConfig
+    for part in path:
+        field = getattr(model, "model_fields", {}).get(part)
+        if field is None:
+            return []
+        model = field.annotation
+    return list(getattr(model, "model_fields", {}))
 
 
 def init_demo(root: Path) -> tuple[list[Path], list[Path]]:

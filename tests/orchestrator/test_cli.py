@@ -198,3 +198,24 @@ def test_usage_errors_exit_64_with_one_message_and_create_nothing(
 def test_version(cli: Cli, demo: Path) -> None:
     done = cli("--version", cwd=demo)
     assert done.returncode == 0 and done.stdout.startswith("ticketgraph 0.")
+
+
+@pytest.mark.parametrize(
+    ("table", "written", "meant"),
+    [
+        ("graph", "poolsize = 5", "pool_size"),
+        ("gate", 'filer_phrases = ["x"]', "filler_phrases"),
+        ("inbox", "max_byte = 10", "max_bytes"),
+        ("harness", "max_turn = 3", "max_turns"),
+        ("evaluator", "enable = true", "enabled"),
+    ],
+)
+def test_an_unknown_key_is_refused_with_the_closest_valid_one(
+    cli: Cli, demo: Path, table: str, written: str, meant: str
+) -> None:
+    config = demo / "ticketgraph.toml"
+    config.write_text(config.read_text().replace(f"[{table}]\n", f"[{table}]\n{written}\n", 1))
+    done = cli("run", cwd=demo)
+    assert done.returncode == 78, done.stderr
+    assert f"did you mean '{meant}'?" in done.stderr
+    assert len(list((demo / "inbox").iterdir())) == 6
