@@ -19,7 +19,7 @@ import pytest
 from pydantic import ValidationError
 
 from orchestrator import inbox, ticketfile
-from orchestrator.errors import InboxError
+from orchestrator.errors import UsageError
 from orchestrator.inbox import InboxLimits, Rejection, Ticket
 
 LIMITS = InboxLimits()
@@ -124,8 +124,9 @@ def test_claimable_skips_dotfiles_and_fresh_files_but_lists_every_other_entry(
     assert "T-3.txt" in inbox.claimable(short_dir, now + 1, LIMITS)
 
 
-def test_claimable_without_an_inbox_folder_is_an_inbox_error(tmp_path: Path) -> None:
-    with pytest.raises(InboxError, match=r"no inbox folder at .*missing"):
+def test_claimable_without_an_inbox_folder_is_a_usage_error(tmp_path: Path) -> None:
+    """No inbox/ here means the command was run outside a workspace (exit 64)."""
+    with pytest.raises(UsageError, match=r"no inbox folder at .*missing.*ticketgraph init"):
         inbox.claimable(tmp_path / "missing", time.time(), LIMITS)
 
 
