@@ -79,6 +79,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_run(sub)
     _add_resume(sub)
     _add_requeue(sub)
+    _add_status(sub)
     _add_worker(sub)
     _add_harness(sub)
     _add_provider(sub)
@@ -204,6 +205,42 @@ def _add_requeue(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     p.add_argument("tickets", nargs="*", metavar="TICKET", help="ticket ids (default: all)")
     p.add_argument("--workspace", type=Path, default=Path("."), help="workspace folder (default .)")
     p.set_defaults(handler=_requeue)
+
+
+def _add_status(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser(
+        "status",
+        help="show a run as it stands (the newest, or RUN_ID)",
+        description="Show one run of this workspace, running or finished, from its folder: "
+        "status and exit code, tickets by status, each node's time, calls, tokens and cost, "
+        "and the tickets that need a human with the reason. --json prints one document "
+        "instead: schema_version, run_id, status, exit_code, tickets, by_status, cost_usd "
+        "and record (the run-state.json record of every node and ticket).",
+    )
+    p.add_argument("run_id", nargs="?", help="a run id (default: the newest run)")
+    p.add_argument("--workspace", type=Path, default=Path("."), help="workspace folder (default .)")
+    p.add_argument("--json", action="store_true", help="print one JSON document")
+    p.set_defaults(handler=_status)
+
+
+def _status(args: argparse.Namespace) -> int:
+    from orchestrator import runstate, status
+    from orchestrator.errors import GraphError
+
+    try:
+        store = (
+            runstate.find(args.workspace, args.run_id)
+            if args.run_id
+            else status.latest(args.workspace)
+        )
+        record = store.read()
+    except (GraphError, ValueError) as exc:
+        return _failed("status", exc)
+    print(
+        json.dumps(status.document(record), indent=2) if args.json else status.text(record),
+        end="\n" if args.json else "",
+    )
+    return ExitCode.ALL_PASS
 
 
 def _settings(args: argparse.Namespace) -> GraphSettings:

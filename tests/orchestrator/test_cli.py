@@ -10,7 +10,7 @@ import pytest
 
 from tests.orchestrator.conftest import Cli, drop, state
 
-COMMANDS = ["init", "run", "resume", "requeue", "worker", "harness", "provider"]
+COMMANDS = ["init", "run", "resume", "requeue", "status", "worker", "harness", "provider"]
 
 
 @pytest.mark.parametrize("command", COMMANDS)
@@ -219,3 +219,27 @@ def test_an_unknown_key_is_refused_with_the_closest_valid_one(
     assert done.returncode == 78, done.stderr
     assert f"did you mean '{meant}'?" in done.stderr
     assert len(list((demo / "inbox").iterdir())) == 6
+
+
+def test_status_shows_a_run_for_a_person_and_for_a_program(cli: Cli, demo: Path) -> None:
+    """`status` (the newest run) and `status RUN_ID --json`, read from the run's folder; the
+    document's record is a RunRecord (the documented schema) and matches run-state.json."""
+    from orchestrator.records import RunRecord
+
+    assert cli("status", cwd=demo).returncode == 64  # no run yet
+    assert cli("run", cwd=demo).returncode == 1
+    shown = cli("status", cwd=demo)
+    assert shown.returncode == 0, shown.stderr
+    assert "done, exit 1; 6 tickets" in shown.stdout and "T-1004 (no_progress)" in shown.stdout
+    run_id = state(demo)["run_id"]
+    done = cli("status", run_id, "--json", cwd=demo)
+    doc = json.loads(done.stdout)
+    assert (doc["schema_version"], doc["run_id"], doc["exit_code"]) == (1, run_id, 1)
+    assert doc["by_status"] == {"pass": 5, "needs_human": 1}
+    assert doc["cost_usd"] == pytest.approx(
+        sum(n["cost_usd"] for n in state(demo)["nodes"].values())
+    )
+    record = RunRecord.model_validate(doc["record"])
+    assert record.model_dump(mode="json") == RunRecord.model_validate(state(demo)).model_dump(
+        mode="json"
+    )
