@@ -273,3 +273,30 @@ def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
+
+
+def test_celerys_own_tools_find_the_app_and_the_broker_from_the_environment(
+    tmp_path: Path,
+) -> None:
+    """`celery -A orchestrator inspect ping` with TICKETGRAPH_BROKER_URL alone reaches the
+    workers; without it the command refuses rather than trying amqp://localhost."""
+    from orchestrator.redis_server import RedisServer
+    from tests.orchestrator.conftest import clean_env, worker_processes
+
+    celery = [sys.executable, "-m", "celery", "-A", "orchestrator"]
+    with RedisServer(tcp=True) as redis:
+        env = {"TICKETGRAPH_BROKER_URL": redis.url, "LLM_BASE_URL": "http://127.0.0.1:9/v1"}
+        with worker_processes(env, tmp_path, ["tools"], threads=1):
+            ping = subprocess.run(
+                [*celery, "inspect", "ping", "--timeout", "5"],
+                env={**clean_env(), **env},
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+    assert ping.returncode == 0, ping.stdout + ping.stderr
+    assert "tools-1@" in ping.stdout and "pong" in ping.stdout
+    refused = subprocess.run(
+        [*celery, "report"], env=clean_env(), capture_output=True, text=True, timeout=60
+    )
+    assert refused.returncode != 0 and "TICKETGRAPH_BROKER_URL" in refused.stderr
