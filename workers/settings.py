@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Literal, TypeVar
 
 from pydantic import Field, ValidationError
@@ -52,17 +53,31 @@ def load(cls: type[S], prefix: str) -> S:
     try:
         return cls()
     except ValidationError as exc:
-        raise SettingsError(describe(exc, prefix)) from None
+        raise SettingsError(describe(exc, prefix, cls)) from None
 
 
-def describe(exc: ValidationError, prefix: str) -> str:
-    """A validation error as one sentence: `LLM_READ_TIMEOUT_S='abc': Input should be ...`."""
+def describe(exc: ValidationError, prefix: str, cls: type[BaseSettings] | None = None) -> str:
+    """A validation error as one sentence: `LLM_READ_TIMEOUT_S='abc': Input should be ...`,
+    naming the variable the user set (`POOL_SIZE`, not the `TICKETGRAPH_POOL_SIZE` it is
+    an alias of)."""
     parts = []
     for error in exc.errors():
         field = str(error["loc"][0]) if error["loc"] else ""
         name = field if field.isupper() else f"{prefix}{field}".upper()
+        name = _written(name, cls)
         value = error.get("input")
         shown = f"={value!r}" if isinstance(value, str | int | float) else ""
         message = str(error["msg"]).removeprefix("Value error, ")
         parts.append(f"{name}{shown}: {message}")
     return "; ".join(parts)
+
+
+def _written(name: str, cls: type[BaseSettings] | None) -> str:
+    """Of the variables that set the same field as `name`, the one the environment holds."""
+    if cls is None or name in os.environ:
+        return name
+    for field in cls.model_fields.values():
+        choices = getattr(field.validation_alias, "choices", None) or []
+        if name in choices:
+            return next((c for c in choices if isinstance(c, str) and c in os.environ), name)
+    return name

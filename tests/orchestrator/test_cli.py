@@ -135,6 +135,7 @@ def test_requeue_puts_a_runs_tickets_back(cli: Cli, demo: Path) -> None:
         ("LLM_READ_TIMEOUT_S", "abc"),
         ("LLM_MAX_RETRIES", "-1"),
         ("TICKETGRAPH_POOL_SIZE", "0"),
+        ("POOL_SIZE", "abc"),  # the short alias: named as written, not as TICKETGRAPH_...
         ("TICKETGRAPH_BROKER_OUTAGE_S", "soon"),
     ],
 )
