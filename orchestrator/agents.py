@@ -6,7 +6,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from orchestrator.records import RunConfig, StepUsage
+from orchestrator.records import RoleSettings, RunConfig, StepUsage
 from workers import loop
 from workers.cancel import CancelToken
 from workers.client import ModelClient, RequestParams
@@ -63,17 +63,21 @@ def run_agent(
 ) -> AgentResult:
     """Run (or resume from `state_path`) one agent; its state is saved after every step.
     Setting `cancel` stops it at once, even mid-request or in a tool."""
-    model, params, budget = _role(config, role)
-    state = RunState.load(state_path) if state_path.exists() else new_run(system, task, model)
+    how = role_of(config, role)
+    state = (
+        RunState.load(state_path)
+        if state_path.exists()
+        else new_run(_prompt(how, config) or system, task, how.model)
+    )
     harness = loop.Harness(
         client=shared_client(llm),
         catalog=Catalog(tools),
         price=(config.prices or llm.prices).for_model(state.model),
-        limits=loop.Limits(max_turns=config.max_turns, budget_usd=budget),
+        limits=loop.Limits(max_turns=how.max_turns, budget_usd=how.budget_usd),
         tracer=tracer.bind(agent_run_id=state.run_id),
         state_path=state_path,
         cancel=cancel or CancelToken(),
-        params=params,
+        params=how.params,
         tool_call_text_fallback=config.tool_call_text_fallback,
     )
     state = loop.run(state, harness)
@@ -98,10 +102,22 @@ def run_agent(
     )
 
 
-def _role(config: RunConfig, role: str) -> tuple[str, RequestParams, float | None]:
-    """(model, request settings, USD budget) of an agent run by its role: router, worker
-    or evaluator; each role falls back to the workers' settings where it sets none."""
-    token_param = config.token_param
+@dataclass
+class Role:
+    """How one role's agent runs: model, request settings, limits and system prompt."""
+
+    model: str
+    params: RequestParams
+    max_turns: int
+    budget_usd: float | None
+    prompt: str | None  # None: the built-in prompt
+
+
+def role_of(config: RunConfig, role: str) -> Role:
+    """The settings of an agent run by its role: router, evaluator or a worker category.
+    A role's own table ([harness.router], [harness.billing], ...) wins; what it leaves
+    unset is the workers' ([harness])."""
+    own = config.roles.get(role, RoleSettings())
     if role == "router":
         max_tokens, temperature = config.router_max_tokens, config.router_temperature
         model, budget = config.router_model or config.model, config.budget_usd
@@ -112,11 +128,24 @@ def _role(config: RunConfig, role: str) -> tuple[str, RequestParams, float | Non
         max_tokens, temperature = config.max_tokens, config.temperature
         model, budget = config.model, config.budget_usd
     params = RequestParams(
-        max_tokens=max_tokens,
-        temperature=temperature,
-        token_param=token_param,  # type: ignore[arg-type]
+        max_tokens=own.max_tokens or max_tokens,
+        temperature=temperature if own.temperature is None else own.temperature,
+        token_param=config.token_param,  # type: ignore[arg-type]
     )
-    return model, params, budget
+    return Role(
+        model=own.model or model,
+        params=params,
+        max_turns=own.max_turns or config.max_turns,
+        budget_usd=own.budget_usd or budget,
+        prompt=own.prompt,
+    )
+
+
+def _prompt(role: Role, config: RunConfig) -> str | None:
+    """The role's own system prompt, with {categories} filled in."""
+    if role.prompt is None:
+        return None
+    return role.prompt.replace("{categories}", ", ".join(config.categories))
 
 
 def shared_client(llm: HarnessSettings) -> ModelClient:

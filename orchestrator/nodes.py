@@ -185,6 +185,7 @@ def _worker(
         trace,
         ctx.store.agent_path(ticket_id, step),
         ctx.cancel,
+        role=category,
     )
 
 

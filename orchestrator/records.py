@@ -116,6 +116,17 @@ class TicketRecord(BaseModel):
     review: StepUsage = StepUsage()
 
 
+class RoleSettings(BaseModel):
+    """A role's own settings (router, billing, bug) where they differ from the workers'."""
+
+    model: str | None = None
+    max_tokens: int | None = None
+    temperature: float | None = None
+    max_turns: int | None = None
+    budget_usd: float | None = None
+    prompt: str | None = None  # the system prompt's text, read from its prompt_file
+
+
 class RunConfig(BaseModel):
     """The run's effective configuration, fixed at submit time so every worker agrees."""
 
@@ -149,6 +160,8 @@ class RunConfig(BaseModel):
     reads: dict[str, list[str]] = Field(
         default_factory=lambda: {"bug": ["kb"], "billing": ["data/orders.json"]}
     )
+    # router / category -> what its table in [harness] sets (runs from before: none).
+    roles: dict[str, RoleSettings] = {}
 
 
 class RejectedFile(BaseModel):

@@ -39,6 +39,7 @@ from orchestrator.exit_codes import ExitCode
 from orchestrator.records import (
     FAILED_STOPS,
     RejectedFile,
+    RoleSettings,
     RunConfig,
     RunMeta,
     RunPhase,
@@ -47,7 +48,7 @@ from orchestrator.records import (
 )
 from orchestrator.runstate import ROUTER, RunStore, link_latest, new_run_id
 from orchestrator.settings import GraphSettings
-from orchestrator.workspace import Workspace, WorkspaceConfig
+from orchestrator.workspace import WORKER_CATEGORIES, Workspace, WorkspaceConfig
 from workers import atomic
 from workers.settings import HarnessSettings
 from workers.state import RunState
@@ -69,6 +70,7 @@ def start(workspace: Workspace, settings: GraphSettings) -> RunStore | None:
     """Claim what inbox/ holds into a new run and write the run's first records; None if
     there was nothing to claim (no run folder is left behind)."""
     config = workspace.config()
+    roles = _roles(workspace, config, HarnessSettings())  # a bad prompt_file: before claiming
     limits = inbox.InboxLimits(**config.inbox.model_dump())
     names = inbox.claimable(workspace.inbox, time.time(), limits)
     if not names:
@@ -81,7 +83,7 @@ def start(workspace: Workspace, settings: GraphSettings) -> RunStore | None:
         return None
     tickets, rejected = _sort_claimed(workspace, store, claimed, limits)
     _write_tickets(store, tickets)
-    store.write_meta(_meta(workspace, store, config, settings, rejected))
+    store.write_meta(_meta(workspace, store, config, settings, rejected, roles))
     trace = store.tracer(node="inbox")
     for file in rejected:
         trace.emit("rejected", file=file.file, kind=file.kind, reason=file.reason)
@@ -120,6 +122,7 @@ def _meta(
     config: WorkspaceConfig,
     settings: GraphSettings,
     rejected: list[RejectedFile],
+    roles: dict[str, RoleSettings],
 ) -> RunMeta:
     now = now_iso()
     llm = HarnessSettings()  # LLM_MODEL, LLM_MAX_TOKENS, LLM_TEMPERATURE override the file
@@ -147,6 +150,7 @@ def _meta(
         router_temperature=_first(llm.temperature, config.harness.router.temperature),
         max_turns=config.harness.max_turns,
         budget_usd=config.harness.budget_usd,
+        roles=roles,
         stop_after=settings.stop_after,
         route_chars=config.inbox.route_chars,
         reads=config.tools.reads,
@@ -159,6 +163,39 @@ def _meta(
         config=run_config,
         rejected=rejected,
     )
+
+
+def _roles(
+    workspace: Workspace, config: WorkspaceConfig, llm: HarnessSettings
+) -> dict[str, RoleSettings]:
+    """What `[harness.router]`, `[harness.billing]` and `[harness.bug]` set, with each
+    prompt_file read now, so every worker uses the same text; LLM_* still win."""
+    roles = {}
+    for name in ("router", *WORKER_CATEGORIES):
+        table = config.harness.role(name)
+        role = RoleSettings(**table.model_dump(exclude={"prompt_file"}, exclude_unset=True))
+        if llm.model:
+            role.model = None
+        if llm.max_tokens:
+            role.max_tokens = None
+        if llm.temperature is not None:
+            role.temperature = None
+        if table.prompt_file:
+            role.prompt = _prompt_text(workspace, name, table.prompt_file)
+        if role.model_dump(exclude_none=True):
+            roles[name] = role
+    return roles
+
+
+def _prompt_text(workspace: Workspace, role: str, name: str) -> str:
+    """A role's prompt file, or `ConfigError` naming the key when it cannot be used."""
+    try:
+        text = (workspace.root / name).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"[harness.{role}] prompt_file {name!r}: {exc}") from exc
+    if not text:
+        raise ConfigError(f"[harness.{role}] prompt_file {name!r} is empty")
+    return text
 
 
 RetryPolicy = Literal["retryable", "all", "none"]

@@ -8,7 +8,7 @@ import tomllib
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -78,10 +78,30 @@ class GateConfig(_Table):
         return off
 
 
-class RouterConfig(_Table):
-    """The router's own request settings (`[harness.router]`); unset: the workers'."""
+class RoleConfig(_Table):
+    """One role's own settings (`[harness.router]`, `[harness.billing]`, `[harness.bug]`);
+    a key left unset falls back to `[harness]`."""
 
     model: str | None = None
+    max_tokens: int | None = Field(default=None, ge=1)
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    max_turns: int | None = Field(default=None, ge=1, description="per agent run")
+    budget_usd: float | None = Field(default=None, gt=0, description="per agent run")
+    # A file of the workspace whose text replaces the role's built-in system prompt (the
+    # router's may say {categories}, which becomes the configured list).
+    prompt_file: str | None = None
+
+    @field_validator("prompt_file")
+    @classmethod
+    def _inside(cls, prompt_file: str | None) -> str | None:
+        if prompt_file is not None and (problem := root_problem(prompt_file)) is not None:
+            raise ValueError(f"{prompt_file!r} {problem}")
+        return prompt_file
+
+
+class RouterConfig(RoleConfig):
+    """The routing call: small and deterministic unless set otherwise."""
+
     max_tokens: int | None = Field(default=512, ge=1)
     temperature: float | None = Field(default=0.0, ge=0, le=2)
 
@@ -97,6 +117,12 @@ class HarnessConfig(_Table):
     # A reply whose text is a tool call (bare JSON, <tool_call>, a fenced block) runs it.
     tool_call_text_fallback: bool = True
     router: RouterConfig = RouterConfig()
+    billing: RoleConfig = RoleConfig()
+    bug: RoleConfig = RoleConfig()
+
+    def role(self, name: str) -> RoleConfig:
+        """The table of `name` (router or a worker category)."""
+        return getattr(self, name)
 
 
 class EvaluatorConfig(_Table):
@@ -209,6 +235,9 @@ def _known_keys(path: list[str]) -> list[str]:
     """The keys the table at `path` (e.g. ["harness", "router"]) accepts."""
     model: Any = WorkspaceConfig
     for part in path:
+        if get_origin(model) is dict:  # [prices.models."name"]: every value is one type
+            model = get_args(model)[1]
+            continue
         field = getattr(model, "model_fields", {}).get(part)
         if field is None:
             return []

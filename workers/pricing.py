@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict, Field
 
 from workers.usage import Usage
 
@@ -10,14 +10,18 @@ PER_MILLION = 1_000_000
 
 
 class Price(BaseModel):
-    """USD per million tokens, input and output."""
+    """USD per million tokens, input and output (a misspelt key is an error)."""
 
-    input_per_million: float = 2.00
-    output_per_million: float = 12.00
+    model_config = ConfigDict(extra="forbid")
+
+    input_per_million: float = Field(default=2.00, ge=0)
+    output_per_million: float = Field(default=12.00, ge=0)
 
 
 class PriceTable(BaseModel):
     """Prices by model name; models not listed use `default`."""
+
+    model_config = ConfigDict(extra="forbid")
 
     default: Price = Price()
     models: dict[str, Price] = {}

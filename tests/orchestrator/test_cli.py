@@ -209,13 +209,21 @@ def test_version(cli: Cli, demo: Path) -> None:
         ("inbox", "max_byte = 10", "max_bytes"),
         ("harness", "max_turn = 3", "max_turns"),
         ("evaluator", "enable = true", "enabled"),
+        ("harness.router", "max_token = 9", "max_tokens"),
+        ("harness.billing", 'prompt = "p.md"', "prompt_file"),
+        ("harness.bug", "budget = 0.1", "budget_usd"),
+        ("tools", 'read = {bug = ["kb"]}', "reads"),
+        ("prices", "defaults = {}", "default"),
+        ("prices.models", '"m" = { input_per_milion = 1.0 }', "input_per_million"),
     ],
 )
 def test_an_unknown_key_is_refused_with_the_closest_valid_one(
     cli: Cli, demo: Path, table: str, written: str, meant: str
 ) -> None:
     config = demo / "ticketgraph.toml"
-    config.write_text(config.read_text().replace(f"[{table}]\n", f"[{table}]\n{written}\n", 1))
+    header = rf"^\[{re.escape(table)}\].*$"
+    text, added = re.subn(header, rf"\g<0>\n{written}", config.read_text(), count=1, flags=re.M)
+    config.write_text(text if added else f"{text}\n[{table}]\n{written}\n")
     done = cli("run", cwd=demo)
     assert done.returncode == 78, done.stderr
     assert f"did you mean '{meant}'?" in done.stderr

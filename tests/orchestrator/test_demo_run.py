@@ -162,6 +162,63 @@ def test_request_settings_per_role_and_their_environment_overrides(
     assert models == {"small-1"}
 
 
+ROLE_TABLES = """
+[harness.bug]
+max_turns = 1              # the bug worker needs two turns (read_file, then the reply)
+
+[harness.billing]
+budget_usd = 0.002         # its first reply costs about $0.0027: no second call
+model = "billing-large"
+"""
+
+
+def test_turn_caps_budgets_models_and_prompts_per_role(demo: Path, cli: Cli) -> None:
+    """[harness.bug] and [harness.billing] set their own turn cap, budget and model, and
+    [harness.router] its own prompt; each stop keeps its own reason (not worker_failed),
+    and the other roles keep [harness]'s settings."""
+    (demo / "prompts").mkdir()
+    (demo / "prompts" / "router.md").write_text(
+        "You are the ticket router of ACME. Use only: {categories}.\n"
+        "Output: one `<ticket id>: <category>` line per ticket.\n"
+    )
+    config = demo / "ticketgraph.toml"
+    text = config.read_text().replace(
+        "[harness.router]", '[harness.router]\nprompt_file = "prompts/router.md"\n#', 1
+    )
+    config.write_text(text + ROLE_TABLES)
+    done = cli("run", cwd=demo)
+    assert done.returncode == 1, done.stderr
+    record = state(demo)
+    stops = {i: (t["stop"], t["status"]) for i, t in record["tickets"].items()}
+    assert stops["T-1002"] == stops["T-1005"] == ("max_turns", "needs_human")
+    assert stops["T-1001"] == stops["T-1004"] == ("budget", "needs_human")
+    assert stops["T-1003"] == stops["T-1006"] == ("gate_pass", "pass")
+    agents = demo / "runs" / record["run_id"] / "agents"
+
+    def agent(name: str) -> dict:
+        return json.loads((agents / f"{name}.json").read_text())
+
+    router = agent("_router.route")
+    assert router["messages"][0]["content"].startswith(
+        "You are the ticket router of ACME. Use only: billing, bug, other."
+    )
+    assert router["model"] == "demo" and agent("T-1002.draft")["model"] == "demo"
+    assert agent("T-1001.draft")["model"] == "billing-large"
+    assert agent("T-1001.draft")["usage"]["requests"] == 1
+    assert agent("T-1002.draft")["usage"]["requests"] == 1
+    assert "T-1002 (max_turns)" in done.stdout and "T-1001 (budget)" in done.stdout
+
+
+def test_a_prompt_file_that_cannot_be_read_is_a_configuration_error(demo: Path, cli: Cli) -> None:
+    config = demo / "ticketgraph.toml"
+    config.write_text(config.read_text() + '\n[harness.bug]\nprompt_file = "prompts/none.md"\n')
+    done = cli("run", cwd=demo)
+    assert done.returncode == 78
+    assert "[harness.bug] prompt_file 'prompts/none.md'" in done.stderr
+    assert done.stderr.count("\n") == 1
+    assert len(list((demo / "inbox").iterdir())) == 6  # nothing claimed
+
+
 def test_the_report_shows_cost_per_node_ticket_and_run_at_the_configured_prices(
     demo: Path, cli: Cli, tmp_path: Path
 ) -> None:
