@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
@@ -13,6 +14,8 @@ from typing import TYPE_CHECKING, NoReturn
 from orchestrator.exit_codes import ExitCode
 
 if TYPE_CHECKING:
+    from orchestrator import console
+    from orchestrator.records import RunRecord
     from orchestrator.runstate import RunStore
     from orchestrator.settings import GraphSettings
 
@@ -80,6 +83,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_resume(sub)
     _add_requeue(sub)
     _add_status(sub)
+    _add_runs(sub)
     _add_worker(sub)
     _add_harness(sub)
     _add_provider(sub)
@@ -143,6 +147,26 @@ def _graph_options(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _output_options(p: argparse.ArgumentParser) -> None:
+    shown = p.add_mutually_exclusive_group()
+    shown.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON document at the end (schema: docs/run-document.schema.json) "
+        "and nothing else on stdout",
+    )
+    shown.add_argument(
+        "--quiet", "-q", action="store_true", help="print only the verdict line at the end"
+    )
+    p.add_argument(
+        "--log-format",
+        choices=["text", "json"],
+        default="text",
+        help="json: also write every trace event to stderr as one JSON line, as it happens "
+        "(default text: a live view on a terminal, one line per node otherwise)",
+    )
+
+
 def _add_run(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser(
         "run",
@@ -162,6 +186,7 @@ def _add_run(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         choices=["route", "merge"],
         help="stop after routing or after merge, before review (exit code 2; resumable)",
     )
+    _output_options(p)
     p.set_defaults(handler=_run)
 
 
@@ -189,6 +214,7 @@ def _add_resume(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
         action="store_true",
         help="if another process still works on the run, wait for it instead of exiting 75",
     )
+    _output_options(p)
     p.set_defaults(handler=_resume)
 
 
@@ -214,8 +240,9 @@ def _add_status(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
         description="Show one run of this workspace, running or finished, from its folder: "
         "status and exit code, tickets by status, each node's time, calls, tokens and cost, "
         "and the tickets that need a human with the reason. --json prints one document "
-        "instead: schema_version, run_id, status, exit_code, tickets, by_status, cost_usd "
-        "and record (the run-state.json record of every node and ticket).",
+        "instead (schema: docs/run-document.schema.json): schema_version, run_id, status, "
+        "verdict, exit_code, tickets, by_status, cost_usd, duration_s, report and record "
+        "(the run-state.json record of every node and ticket).",
     )
     p.add_argument("run_id", nargs="?", help="a run id (default: the newest run)")
     p.add_argument("--workspace", type=Path, default=Path("."), help="workspace folder (default .)")
@@ -240,6 +267,36 @@ def _status(args: argparse.Namespace) -> int:
         json.dumps(status.document(record), indent=2) if args.json else status.text(record),
         end="\n" if args.json else "",
     )
+    return ExitCode.ALL_PASS
+
+
+def _add_runs(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser(
+        "runs",
+        help="list the recent runs with verdict, tickets, cost and duration",
+        description="List this workspace's recent runs, newest first: started, verdict "
+        "(all_pass, needs_human, stopped, crashed, running), exit code, tickets, how many "
+        "need a human, cost and duration. --json prints a JSON list of the same fields.",
+    )
+    p.add_argument("--workspace", type=Path, default=Path("."), help="workspace folder (default .)")
+    p.add_argument("--limit", "-n", type=_positive, default=20, help="how many runs (default 20)")
+    p.add_argument("--json", action="store_true", help="print a JSON list")
+    p.set_defaults(handler=_runs)
+
+
+def _runs(args: argparse.Namespace) -> int:
+    from orchestrator import status
+    from orchestrator.errors import UsageError
+
+    if not args.workspace.is_dir():
+        return _failed("runs", UsageError(f"no workspace at {args.workspace}"))
+    rows = status.recent(args.workspace, args.limit)
+    if args.json:
+        print(json.dumps([row.model_dump() for row in rows], indent=2))
+    elif not rows:
+        print(f"no runs under {args.workspace / 'runs'} yet")
+    else:
+        print(status.runs_table(rows), end="")
     return ExitCode.ALL_PASS
 
 
@@ -272,10 +329,16 @@ def _run(args: argparse.Namespace) -> int:
     except (GraphError, OSError, ValueError) as exc:
         return _failed("run", exc)
     if store is None:
-        print("inbox/ has nothing to claim: no run started", flush=True)
+        if args.json:
+            from orchestrator import status
+
+            print(json.dumps(status.nothing_to_claim(), indent=2))
+        else:
+            print("inbox/ has nothing to claim: no run started", flush=True)
         return ExitCode.ALL_PASS
-    print(console.claimed(store.materialised()), flush=True)
-    return _execute(store, settings)
+    if _mode(args) != "quiet":
+        print(console.claimed(store.materialised()), flush=True)
+    return _execute(store, settings, args)
 
 
 def _failed(command: str, exc: Exception) -> int:
@@ -308,9 +371,9 @@ def _resume(args: argparse.Namespace) -> int:
         again = runner.reopen(store, args.retry_failed)
     except (GraphError, ValueError) as exc:
         return _failed("resume", exc)
-    if again:
+    if again and _mode(args) != "quiet":
         print(f"retrying {len(again)} failed tickets: {', '.join(again)}", flush=True)
-    return _execute(store, settings)
+    return _execute(store, settings, args)
 
 
 def _wait_for_lease(store: RunStore, wait: bool) -> None:
@@ -350,20 +413,35 @@ def _requeue(args: argparse.Namespace) -> int:
     return ExitCode.ALL_PASS
 
 
-def _execute(store: RunStore, settings: GraphSettings) -> int:
-    """Run the canvas, printing node lines as they finish, then the report or the stop."""
+def _mode(args: argparse.Namespace) -> console.Mode:
+    """What to show while waiting: nothing for --quiet or --json, a live view on a
+    terminal, else one line per node (cron, pipes, --log-format json)."""
+    if args.quiet or args.json:
+        return "quiet"
+    if args.log_format == "text" and sys.stdout.isatty():
+        return "live"
+    return "lines"
+
+
+def _execute(store: RunStore, settings: GraphSettings, args: argparse.Namespace) -> int:
+    """Run the canvas, showing progress as `args` asks, then the report, the verdict line or
+    the JSON document."""
     from orchestrator import console, runner
     from orchestrator.errors import BrokerUnavailable, RunStorageError
     from workers.settings import HarnessSettings
 
-    printer = console.ProgressPrinter(store)
+    follow = console.Follower(store, _mode(args), json_logs=args.log_format == "json")
     try:
-        code = runner.execute(store, settings, HarnessSettings(), printer)
+        try:
+            code = runner.execute(store, settings, HarnessSettings(), follow)
+        finally:
+            follow.close(None)
     except BrokerUnavailable as exc:
         # Not a crash: the run is still `running`, and its workers finish it if they
         # reach the broker. Cron should try again later (75), not page anyone.
         print(f"ticketgraph: {exc}", file=sys.stderr)
-        print(console.outcome(store, store.materialise()), end="", file=sys.stderr)
+        record = store.materialise()
+        _conclude(store, record, ExitCode.TEMPFAIL, args)
         return ExitCode.TEMPFAIL
     except RunStorageError as exc:
         return _unwritable(store, exc)
@@ -371,10 +449,27 @@ def _execute(store: RunStore, settings: GraphSettings) -> int:
         record = store.materialise()
     except OSError as exc:
         return _unwritable(store, exc)
-    printer.show(record)
-    text = console.outcome(store, record)
-    print(text, end="", file=sys.stderr if code == EXIT_CRASHED else sys.stdout)
+    try:
+        if follow.lines is not None:
+            follow.lines.show(record)
+        _conclude(store, record, code, args)
+    except BrokenPipeError:  # stdout went away (`| head`): the run's outcome stands
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return code
+
+
+def _conclude(store: RunStore, record: RunRecord, code: int, args: argparse.Namespace) -> None:
+    """The end of `run`/`resume` on stdout: the JSON document, the verdict line, or the
+    report (or stop or crash notice) followed by the verdict line."""
+    from orchestrator import console, status
+
+    if args.json:
+        print(json.dumps(status.document(record, exit_code=code), indent=2))
+        return
+    failed = code in (EXIT_CRASHED, ExitCode.TEMPFAIL)
+    if not args.quiet:
+        print(console.outcome(store, record), end="", file=sys.stderr if failed else sys.stdout)
+    print(console.verdict(record), end="", file=sys.stderr if failed else sys.stdout)
 
 
 def _unwritable(store: RunStore, exc: Exception) -> int:
@@ -411,7 +506,6 @@ def _add_worker(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
 
 
 def _worker(args: argparse.Namespace) -> int:
-    import os
 
     from orchestrator import fleet
     from orchestrator.app import configure

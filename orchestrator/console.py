@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import json
+import sys
 from collections import Counter
-from typing import Any
+from typing import Any, Literal
 
+from orchestrator.exit_codes import ExitCode
+from orchestrator.progress import Tally, TraceTail
 from orchestrator.records import FAILED_STOPS, RunPhase, RunRecord, TicketStatus
 from orchestrator.runstate import RunStore
+
+Mode = Literal["live", "lines", "quiet"]
 
 # Past this many tickets a progress line gives counts, not every id (the full list is in
 # run-state.json and the report): a 10,000-ticket run's route line was 200 KB.
@@ -75,6 +81,73 @@ class ProgressPrinter:
             if node not in self.printed:
                 self.printed.add(node)
                 print(line, flush=True)
+
+
+class Follower:
+    """What `run` and `resume` show while they wait, by `mode`: a live view (a terminal),
+    one line per node (cron, pipes), or nothing (--quiet); with `json_logs`, every trace
+    event also goes to stderr as one JSON line, as the workers write it.
+
+    Called with each event the run publishes, and with None when a second passed without
+    one (the trace is read then, so counts move between nodes).
+    """
+
+    def __init__(self, store: RunStore, mode: Mode, json_logs: bool = False) -> None:
+        self.store = store
+        self.json_logs = json_logs
+        self.tail = TraceTail(store.trace_path)
+        self.tally = Tally(tickets=len(store.ticket_ids()))
+        self.lines = ProgressPrinter(store) if mode == "lines" else None
+        self.live = None
+        if mode == "live":
+            from orchestrator.live import LiveView
+
+            self.live = LiveView(store.run_id, self.tally)
+
+    def __call__(self, event: dict[str, Any] | None) -> None:
+        """Take in what the trace gained; print a node's line when one ended. Output that
+        cannot be written (a closed pipe) is dropped: showing progress never fails a run."""
+        try:
+            self._read()
+            if self.lines is not None and event is not None:
+                self.lines(event)
+        except OSError:
+            self.json_logs, self.lines = False, None
+
+    def _read(self) -> None:
+        for event in self.tail.read():
+            self.tally.add(event)
+            if self.json_logs:
+                print(json.dumps(event, ensure_ascii=False), file=sys.stderr, flush=True)
+        if self.live is not None:
+            self.live.update()
+
+    def close(self, record: RunRecord | None) -> None:
+        """The last of the trace, the last frame or the node lines not printed yet."""
+        self(None)
+        if self.live is not None:
+            self.live.stop()
+        if self.lines is not None and record is not None:
+            self.lines.show(record)
+
+
+def verdict(record: RunRecord) -> str:
+    """The run's outcome in one line: exit code, meaning, counts, cost and duration."""
+    by_status = Counter(t.status for t in record.tickets.values())
+    counts = ", ".join(f"{n} {s.value}" for s, n in sorted(by_status.items()))
+    cost = sum(n.cost_usd for n in record.nodes.values())
+    meaning = {
+        ExitCode.ALL_PASS: "all pass",
+        ExitCode.NEEDS_HUMAN: "some need a human",
+        ExitCode.STOPPED: "stopped early; resume with: ticketgraph resume " + record.run_id,
+        ExitCode.CRASHED: "crashed",
+    }.get(record.exit_code, record.status.value)  # type: ignore[arg-type]
+    code = "still running" if record.exit_code is None else f"exit {record.exit_code}"
+    why = f" ({record.error})" if record.error else ""
+    return (
+        f"run {record.run_id}: {code}, {meaning}{why}; {len(record.tickets)} tickets"
+        f"{': ' + counts if counts else ''}; ${cost:.4f}\n"
+    )
 
 
 def outcome(store: RunStore, record: RunRecord) -> str:

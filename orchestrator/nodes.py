@@ -284,6 +284,7 @@ def review(ctx: Context, ticket_id: str) -> str:
     )
     ticket.retryable = outcome.retryable
     ctx.store.save_ticket(ticket_id, ticket)
+    trace.emit("verdict", stop=ticket.stop, status=ticket.status.value)
     return ticket.status.value
 
 

@@ -249,11 +249,12 @@ def execute(
     store: RunStore,
     settings: GraphSettings,
     llm: HarnessSettings,
-    on_event: Callable[[Event], None] = lambda _event: None,
+    on_event: Callable[[Event | None], None] = lambda _event: None,
 ) -> int:
     """Submit the run's plan and wait for its verdict; return the run's exit code.
 
-    `on_event` sees each event the run publishes (a node ended, the run ended).
+    `on_event` sees each event the run publishes (a node ended, the run ended), and None
+    after each second without one.
     """
     distributed = bool(settings.broker_url)
     held = lease.acquire(store, "distributed" if distributed else "embedded")
@@ -268,7 +269,7 @@ def _execute_held(
     store: RunStore,
     settings: GraphSettings,
     llm: HarnessSettings,
-    on_event: Callable[[Event], None],
+    on_event: Callable[[Event | None], None],
     held: lease.Lease,
 ) -> int:
     meta = store.meta()
@@ -343,7 +344,7 @@ def _submit_and_wait(
     app: Celery,
     store: RunStore,
     settings: GraphSettings,
-    on_event: Callable[[Event], None],
+    on_event: Callable[[Event | None], None],
     held: lease.Lease,
 ) -> Event | None:
     """Send the run's first unfinished step, then follow its events until it ends; return
@@ -378,11 +379,10 @@ def _submit_and_wait(
         except outage.BROKER_ERRORS:
             _after_outage(r, store, attempt, window, settings)
             continue
-        if event is not None:
-            on_event(event)
-            if event["event"] == "run_end":
-                return event
-        elif store.meta().status is not RunPhase.RUNNING:
+        on_event(event)  # None: a quiet second (progress views read the trace then)
+        if event is not None and event["event"] == "run_end":
+            return event
+        if event is None and store.meta().status is not RunPhase.RUNNING:
             return None
         if time.monotonic() > deadline:
             raise RunTimeout(
