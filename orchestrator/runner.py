@@ -289,6 +289,8 @@ def _execute_held(
         return _interrupted(store, embedded_run=not distributed)
     except BrokerLostRun as exc:
         return _lost(store, exc)
+    except RunTimeout as exc:
+        return _timed_out(store, exc)
     except BrokerUnavailable as exc:
         if distributed:
             raise  # the run goes on if its workers reach the broker: not a crash
@@ -328,6 +330,19 @@ def _interrupted(store: RunStore, embedded_run: bool) -> int:
             meta.end(RunPhase.STOPPED, ExitCode.STOPPED, "interrupted by a signal")
         store.tracer(node="run").emit("run_interrupted")
         store.materialise()
+    return ExitCode.STOPPED
+
+
+def _timed_out(store: RunStore, exc: RunTimeout) -> int:
+    """No verdict in time: stop the run (exit 2, resumable). Its tasks still queued see the
+    run stopped and do nothing, on any worker, now or after a restart; a step already
+    running finishes and is kept, so `resume` does not pay for it again."""
+    with store.update_meta() as meta:
+        if meta.status is not RunPhase.RUNNING:
+            return meta.exit_code if meta.exit_code is not None else ExitCode.CRASHED
+        meta.end(RunPhase.STOPPED, ExitCode.STOPPED, str(exc))
+    store.tracer(node="run").emit("run_interrupted", reason=str(exc))
+    store.materialise()
     return ExitCode.STOPPED
 
 
@@ -386,7 +401,8 @@ def _submit_and_wait(
             return None
         if time.monotonic() > deadline:
             raise RunTimeout(
-                f"no verdict after {settings.run_timeout_s:.0f} s; the run goes on in the workers"
+                f"no verdict after {settings.run_timeout_s:g} s (--timeout); what it had "
+                "queued was revoked"
             )
 
 

@@ -26,6 +26,7 @@ from orchestrator import dispatch, graph, heartbeat, ids, keys, lease, limits, n
 from orchestrator.agents import TIME_LIMIT, shared_client
 from orchestrator.app import OUTAGE_CONF_KEY, app, worker_llm
 from orchestrator.errors import RunStorageError
+from orchestrator.exit_codes import ExitCode
 from orchestrator.records import RunPhase
 from orchestrator.runstate import RunStore
 
@@ -161,6 +162,8 @@ def _then_fan_out(
     """Run a whole-run step that ends in a fan-out (route, merge), unless the run stops
     after it (the step itself records the stop)."""
     ctx = _ctx(run_dir)
+    if ctx.meta.status is not RunPhase.RUNNING:  # stopped or timed out while queued
+        return {fan.phase: 0}
     taking = _whole_run(run_dir, step)
     r = _redis()
     _broker(lambda: dispatch.publish(r, ctx.store.run_id, "node_end", node=node), "telling")
@@ -195,6 +198,8 @@ def review(self: Task, run_dir: str, attempt: str, ticket_id: str) -> dict[str, 
 def report(run_dir: str, attempt: str) -> dict[str, int]:
     """Render the report, record the exit code, and tell the waiting CLI."""
     _take_barrier(run_dir, attempt, graph.REVIEW)
+    if _ctx(run_dir).meta.status is RunPhase.STOPPED:  # revoked while queued: pay nothing
+        return {"exit_code": ExitCode.STOPPED}
     code = _whole_run(run_dir, nodes.finish_report)
     run_id = RunStore(Path(run_dir)).run_id
     _broker(lambda: dispatch.publish(_redis(), run_id, "run_end", exit_code=code), "ending a run")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import threading
@@ -22,6 +23,7 @@ from tests.orchestrator.conftest import (
     node_numbers,
     state,
     ticket_rows,
+    variant,
     worker_processes,
     write_scenarios,
 )
@@ -163,3 +165,47 @@ def test_a_run_with_no_worker_listening_fails_fast_and_claims_nothing(demo: Path
     assert "s3cret" not in done.stderr
     assert len(list((demo / "inbox").iterdir())) == 6
     assert took < 10  # the issue's bound: fail fast, not after the 3,600 s run timeout
+
+
+def test_a_run_that_times_out_stops_and_what_it_queued_pays_nothing(
+    tmp_path: Path, demo: Path, cli: Cli
+) -> None:
+    """One worker thread. Run A's routing call takes 3 s; run B, submitted meanwhile, waits
+    in the queue behind it. Both `run --timeout 0.5`: exit 2 (stopped, resumable). A's call
+    in flight finishes and is kept but starts nothing more; B's queued route task, taken
+    once the thread is free, pays nothing: the provider sees A's one request. `resume` then
+    finishes A from its routing, paying for it once."""
+    import httpx
+
+    slow = variant(demo_scripts(), "router", latency_ms=3000)
+    scenario = write_scenarios(tmp_path / "slow.yaml", slow)
+    queued = tmp_path / "queued"
+    init_demo(queued)
+    with RedisServer(tcp=True) as redis, running_provider(scenario) as llm_url:
+        env = {"TICKETGRAPH_BROKER_URL": redis.url, "LLM_BASE_URL": llm_url}
+        stats = llm_url.replace("/v1", "/stats")
+        with worker_processes(env, tmp_path, ["w1"], threads=1):
+            first = cli("run", "--timeout", "0.5", cwd=demo, env=env)
+            second = cli("run", "--timeout", "0.5", cwd=queued, env=env)
+            for done in (first, second):
+                assert done.returncode == 2, done.stdout + done.stderr
+                assert "no verdict after 0.5 s" in done.stdout
+            a, b = state(demo), state(queued)
+            assert a["status"] == b["status"] == "stopped_early"
+            deadline = time.monotonic() + 20  # A's call ends (3 s), then B's task is taken
+            while httpx.get(stats).json()["in_flight"] or not _route_done(demo, a["run_id"]):
+                assert time.monotonic() < deadline, "the route call never finished"
+                time.sleep(0.1)
+            time.sleep(1.0)  # B's route task, or a draft of A, would be at the provider by now
+            assert httpx.get(stats).json()["requests"] == 1  # A's routing only
+            assert not _route_done(queued, b["run_id"]) and redis.client().keys("*draft*") == []
+            assert redis.client().llen("celery") == 0  # B's route task was taken, and did nothing
+            resumed = cli("resume", a["run_id"], cwd=demo, env=env)
+            assert resumed.returncode == 1, resumed.stderr
+            assert httpx.get(stats).json()["requests"] == 11  # the reference run's calls
+    assert ticket_rows(state(demo)) == REFERENCE_TICKETS
+
+
+def _route_done(workspace: Path, run_id: str) -> bool:
+    route = workspace / "runs" / run_id / "nodes" / "route.json"
+    return route.exists() and json.loads(route.read_text())["status"] == "ok"
