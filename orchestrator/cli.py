@@ -92,7 +92,7 @@ def _parser() -> argparse.ArgumentParser:
 
 RUN_EPILOG = """exit codes: 0 all tickets pass (or nothing to claim: no run, nothing paid), 1 some
 need a human (a verdict, a worker failure, or a file quarantined), 2 stopped early
-(--stop-after, SIGTERM, a broker that lost its data; resumable), 3 crashed (the error and
+(--stop-after, SIGTERM, --timeout, a broker that lost its data; resumable), 3 crashed (the error and
 the path are on stderr and in run.jsonl; resumable once fixed), 64 usage error (a misspelt
 flag, an unknown run id, no workspace), 75 try again later (another process works on the
 run: resume --wait; or the broker stayed unreachable: the run goes on in the workers), 78
@@ -136,7 +136,12 @@ def _init(args: argparse.Namespace) -> int:
 def _graph_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workspace", type=Path, default=Path("."), help="workspace folder (default .)")
     p.add_argument("--broker", help="Redis URL (default: TICKETGRAPH_BROKER_URL, else embedded)")
-    p.add_argument("--timeout", type=float, help="seconds to wait for the verdict (default 3600)")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        help="seconds to wait for the verdict (default 3600); then the run stops (exit 2, "
+        "resumable) and what it queued does nothing",
+    )
     p.add_argument(
         "--wait-for-workers",
         type=float,
