@@ -85,6 +85,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_status(sub)
     _add_runs(sub)
     _add_worker(sub)
+    _add_flower(sub)
     _add_harness(sub)
     _add_provider(sub)
     return parser
@@ -537,6 +538,14 @@ def _worker(args: argparse.Namespace) -> int:
     name = (args.hostname or "ticketgraph").split("@", 1)[0]
     processes = args.processes or os.cpu_count() or 1
     return fleet.serve(celery_app, name, processes, args.threads, args.loglevel.upper())
+
+
+def _add_flower(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    from orchestrator import flowerctl
+
+    p = sub.add_parser("flower", help=flowerctl.HELP, description=flowerctl.DESCRIPTION)
+    flowerctl.add_arguments(p)
+    p.set_defaults(handler=flowerctl.run)
 
 
 def _add_provider(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

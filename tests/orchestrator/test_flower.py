@@ -4,6 +4,7 @@ a private Redis, the scripted provider, and `ticketgraph run` submitting to that
 
 from __future__ import annotations
 
+import contextlib
 import re
 import signal
 import socket
@@ -150,8 +151,15 @@ def flower(spawn: Spawn, broker_url: str) -> Iterator[Flower]:
     """Flower on a free loopback port with its API open, answering."""
     port = _free_port()
     args = ["--broker=" + broker_url, "flower", f"--port={port}", "--address=127.0.0.1"]
-    child = spawn("flower", [sys.executable, "-m", "celery", *args])
-    with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10.0) as client:
+    with answering(spawn("flower", [sys.executable, "-m", "celery", *args]), port) as ui:
+        yield ui
+
+
+@contextlib.contextmanager
+def answering(child: Spawned, port: int, auth: tuple[str, str] | None = None) -> Iterator[Flower]:
+    """The Flower `child` started on loopback `port`, once it answers /healthcheck, with a
+    client (that logs in as `auth`)."""
+    with httpx.Client(base_url=f"http://127.0.0.1:{port}", auth=auth, timeout=10.0) as client:
         ui = Flower(child, client)
         _poll(lambda: ui.get("/healthcheck"), lambda text: text == "OK", "Flower", child)
         yield ui
@@ -163,40 +171,10 @@ def flower(spawn: Spawn, broker_url: str) -> Iterator[Flower]:
 def test_flower_sees_the_worker_and_every_graph_task(
     tmp_path: Path, env: dict[str, str], worker: Spawned, flower: Flower
 ) -> None:
-    # Task events travel over Redis pub/sub, which drops what nobody listens to: start the
-    # run only once Flower has heard the worker, so it hears every task of the run too.
-    metrics = _poll(
-        lambda: flower.get("/metrics"),
-        _worker_online,
-        "Flower to see the worker online through its events",
-        worker,
-        flower.child,
-    )
-    name = _worker_online(metrics)
-    assert name is not None
+    seen = watch_demo_run(tmp_path / "demo", env, worker, flower)
+    name, tasks = seen.worker, seen.tasks
+    assert seen.workers[name]["stats"]["pool"]["max-concurrency"] == 2
 
-    workspace = tmp_path / "demo"
-    init = _cli(env, "init", str(workspace))
-    assert init.returncode == 0, init.stderr
-    run = _cli(env, "run", "--workspace", str(workspace), "--timeout", str(RUN_TIMEOUT_S))
-    assert run.returncode == DEMO_EXIT_CODE, f"{run.stdout}\n{run.stderr}\n{worker.tail()}"
-
-    workers = _poll(
-        lambda: flower.get("/api/workers", refresh=1),
-        lambda found: "stats" in found.get(name, {}),
-        f"Flower's /api/workers to list {name}",
-        worker,
-        flower.child,
-    )
-    assert workers[name]["stats"]["pool"]["max-concurrency"] == 2
-
-    tasks = _poll(
-        lambda: flower.get("/api/tasks"),
-        lambda found: _finished(found) == GRAPH_TASKS,
-        "Flower's /api/tasks to show every graph task finished",
-        worker,
-        flower.child,
-    )
     graph_tasks = [t for t in tasks.values() if t["name"] in GRAPH_TASKS]
     assert Counter(t["name"] for t in graph_tasks) == GRAPH_TASKS
     failed = [t for t in graph_tasks if t["state"] != states.SUCCESS]
@@ -213,6 +191,59 @@ def test_flower_sees_the_worker_and_every_graph_task(
 
 
 # --- helpers -------------------------------------------------------------------------------
+
+
+@dataclass
+class Seen:
+    """What Flower's API showed of one demo run: the worker's node name, /api/workers and
+    /api/tasks once every graph task had finished."""
+
+    worker: str
+    workers: dict[str, Any]
+    tasks: dict[str, Any]
+
+
+def watch_demo_run(
+    workspace: Path,
+    env: dict[str, str],
+    worker: Spawned,
+    flower: Flower,
+    metrics: Flower | None = None,
+) -> Seen:
+    """`ticketgraph init` and `run` the demo in `workspace` on `worker`, once `flower` (or the
+    `metrics` client of the same Flower) shows it online; then what Flower's API shows."""
+    # Task events travel over Redis pub/sub, which drops what nobody listens to: start the
+    # run only once Flower has heard the worker, so it hears every task of the run too.
+    online = _poll(
+        lambda: (metrics or flower).get("/metrics"),
+        _worker_online,
+        "Flower to see the worker online through its events",
+        worker,
+        flower.child,
+    )
+    name = _worker_online(online)
+    assert name is not None
+
+    init = _cli(env, "init", str(workspace))
+    assert init.returncode == 0, init.stderr
+    run = _cli(env, "run", "--workspace", str(workspace), "--timeout", str(RUN_TIMEOUT_S))
+    assert run.returncode == DEMO_EXIT_CODE, f"{run.stdout}\n{run.stderr}\n{worker.tail()}"
+
+    workers = _poll(
+        lambda: flower.get("/api/workers", refresh=1),
+        lambda found: "stats" in found.get(name, {}),
+        f"Flower's /api/workers to list {name}",
+        worker,
+        flower.child,
+    )
+    tasks = _poll(
+        lambda: flower.get("/api/tasks"),
+        lambda found: _finished(found) == GRAPH_TASKS,
+        "Flower's /api/tasks to show every graph task finished",
+        worker,
+        flower.child,
+    )
+    return Seen(name, workers, tasks)
 
 
 def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:

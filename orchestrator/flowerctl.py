@@ -1,0 +1,238 @@
+"""`ticketgraph flower`: Flower for the broker the workers use, behind a login, on loopback.
+
+Flower 2.2.0 runs in this process as Flower's own `celery flower` command, on the graph's
+Celery app (the same configuration and tasks as `ticketgraph worker`). What this command adds
+is what Flower leaves to its caller:
+
+- the broker comes from --broker or TICKETGRAPH_BROKER_URL, never from Celery's default
+  (amqp://localhost) nor from a stray CELERY_BROKER_URL;
+- it listens on 127.0.0.1 unless told otherwise (Flower's default is every interface);
+- it refuses to start without a login unless --no-auth says so. The logins are handed to
+  Flower in this process, so no password stands on a command line `ps` shows.
+
+Flower's basic auth covers its pages and /api; /healthcheck and /metrics stay open (their
+handlers never ask who is calling).
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import os
+import socket
+import sys
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from orchestrator.errors import ConfigError
+from orchestrator.exit_codes import ExitCode
+
+if TYPE_CHECKING:
+    from celery import Celery
+
+HELP = "watch workers and tasks in Flower (web UI, HTTP API, Prometheus metrics)"
+DESCRIPTION = (
+    "Start Flower, Celery's web monitor, for the broker your workers use (--broker or "
+    "TICKETGRAPH_BROKER_URL), with the graph's tasks registered. It listens on 127.0.0.1:5555 "
+    "by default and asks for HTTP basic auth on its pages and its HTTP API (/api/workers, "
+    "/api/tasks): set FLOWER_USER and FLOWER_PASSWORD in the environment (or Flower's own "
+    "FLOWER_BASIC_AUTH=user:password, several separated by commas). Without a login it "
+    "refuses to start (exit 78) unless --no-auth. /healthcheck and the Prometheus metrics at "
+    "/metrics need no login: keep the port reachable only by those who may read them. Other "
+    "FLOWER_* settings (FLOWER_PERSISTENT, FLOWER_MAX_TASKS, ...) work as in `celery flower`. "
+    "SIGTERM or Ctrl-C stops it (exit 0)."
+)
+
+DEFAULT_ADDRESS = "127.0.0.1"
+DEFAULT_PORT = 5555
+
+# Celery reads these before its own broker setting: left in the environment, one of them
+# would point Flower at another broker than the one this command was given.
+_CELERY_BROKER_VARIABLES = (
+    "CELERY_BROKER_URL",
+    "CELERY_BROKER_READ_URL",
+    "CELERY_BROKER_WRITE_URL",
+)
+# Errors of binding the listening socket that the operator can fix with --address or --port.
+_CANNOT_LISTEN = {errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The command's options, on `p`."""
+    p.add_argument(
+        "--broker",
+        help="Redis URL (default: TICKETGRAPH_BROKER_URL, which keeps its password out of ps)",
+    )
+    p.add_argument(
+        "--address",
+        default=DEFAULT_ADDRESS,
+        help=f"address to listen on (default {DEFAULT_ADDRESS}; 0.0.0.0 for every interface: "
+        "then put TLS in front)",
+    )
+    p.add_argument(
+        "--port", type=_port, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})"
+    )
+    p.add_argument(
+        "--no-auth",
+        action="store_true",
+        help="serve without a login, ignoring FLOWER_USER/FLOWER_PASSWORD; /api then answers "
+        "401 unless FLOWER_UNAUTHENTICATED_API=true",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Serve Flower until SIGTERM or Ctrl-C (exit 0); 78, with one sentence, if it cannot."""
+    try:
+        broker = _broker_url(args.broker)
+        accepted = [] if args.no_auth else logins(os.environ)
+        celery_app = _app(broker)
+    except ConfigError as exc:
+        print(f"ticketgraph flower: {exc}", file=sys.stderr)
+        return ExitCode.CONFIG
+    if args.no_auth:
+        print(
+            f"ticketgraph flower: no login (--no-auth): whoever reaches {args.address}:"
+            f"{args.port} sees every worker and task",
+            file=sys.stderr,
+        )
+    try:
+        _serve(celery_app, args.address, args.port, accepted)
+    except OSError as exc:
+        if not _cannot_listen(exc):
+            raise
+        print(
+            f"ticketgraph flower: cannot listen on {args.address}:{args.port}: {exc.strerror}",
+            file=sys.stderr,
+        )
+        return ExitCode.CONFIG
+    return ExitCode.ALL_PASS
+
+
+def logins(environ: Mapping[str, str]) -> list[str]:
+    """The `user:password` logins Flower is to accept, from FLOWER_USER and FLOWER_PASSWORD
+    and from FLOWER_BASIC_AUTH; `ConfigError` (never quoting a password) if there is none or
+    one is malformed."""
+    found = [*_user_and_password(environ), *_basic_auth(environ)]
+    if not found:
+        raise ConfigError(
+            "Flower needs a login: set FLOWER_USER and FLOWER_PASSWORD (or "
+            "FLOWER_BASIC_AUTH=user:password), or pass --no-auth to serve it without one"
+        )
+    return found
+
+
+def _user_and_password(environ: Mapping[str, str]) -> list[str]:
+    user, password = environ.get("FLOWER_USER", ""), environ.get("FLOWER_PASSWORD", "")
+    if not (user or password):
+        return []
+    if not (user and password):
+        unset = "FLOWER_PASSWORD" if user else "FLOWER_USER"
+        raise ConfigError(f"{unset} is not set (FLOWER_USER and FLOWER_PASSWORD go together)")
+    if ":" in user:
+        raise ConfigError(f"FLOWER_USER={user!r} holds a ':', which basic auth cannot carry")
+    # Taken whole: a password may hold any character, commas included.
+    return [f"{user}:{password}"]
+
+
+def _basic_auth(environ: Mapping[str, str]) -> list[str]:
+    # Flower's own variable, read as Flower reads it: logins separated by commas.
+    pairs = [p for p in environ.get("FLOWER_BASIC_AUTH", "").split(",") if p]
+    for pair in pairs:
+        user, _, password = pair.partition(":")
+        if not (user and password):
+            raise ConfigError(
+                "FLOWER_BASIC_AUTH must be user:password (several separated by commas)"
+            )
+    return pairs
+
+
+def _broker_url(flag: str | None) -> str:
+    """--broker, else TICKETGRAPH_BROKER_URL; `ConfigError` if neither is set."""
+    from orchestrator.settings import GraphSettings
+    from workers.settings import SettingsError, load
+
+    try:
+        broker = flag or load(GraphSettings, "TICKETGRAPH_").broker_url
+    except SettingsError as exc:
+        raise ConfigError(str(exc)) from None
+    if not broker:
+        raise ConfigError(
+            "set TICKETGRAPH_BROKER_URL (the broker your `ticketgraph worker` processes use) "
+            "or pass --broker"
+        )
+    return broker
+
+
+def _app(broker: str) -> Celery:
+    """The graph's Celery app, configured as `ticketgraph worker` configures it."""
+    from orchestrator import tasks  # noqa: F401 — registers the graph's tasks on the app
+    from orchestrator.app import configure
+    from orchestrator.settings import GraphSettings
+    from workers.settings import HarnessSettings, SettingsError, load
+
+    try:
+        celery_app = configure(
+            broker, load(GraphSettings, "TICKETGRAPH_"), load(HarnessSettings, "LLM_")
+        )
+    except SettingsError as exc:
+        raise ConfigError(str(exc)) from None
+    # Flower's broker page and /api/queues/length know a broker by its URL's scheme, and
+    # the workers' transport (transport.py, a publishing speed-up) names URLs after its
+    # class; Flower hardly publishes, so kombu's stock Redis transport serves it.
+    celery_app.conf.update(broker_url=broker, broker_transport=None)
+    return celery_app
+
+
+def _serve(celery_app: Celery, address: str, port: int, accepted: list[str]) -> None:
+    """Flower's `celery flower` command in this process, on `celery_app`, until it stops."""
+    import click
+    from celery.bin.base import CLIContext
+    from celery.bin.celery import celery as celery_command
+    from flower.command import flower as flower_command
+    from flower.options import options
+
+    for name in (*_CELERY_BROKER_VARIABLES, "FLOWER_BASIC_AUTH"):
+        os.environ.pop(name, None)
+    # Set here rather than through --basic-auth or FLOWER_BASIC_AUTH: Flower splits those at
+    # commas (a password may hold one), and it would re-read the variable over this list.
+    options.basic_auth = accepted
+    # Flower's command reads its app from the `celery` command's context, as `celery -A`
+    # leaves it; building that context here skips the `celery` command's own parsing, which
+    # reads generic variables (APP, BROKER_URL) that could replace the app or the broker.
+    parent = click.Context(
+        celery_command,
+        info_name="celery",
+        obj=CLIContext(app=celery_app, no_color=True, workdir=None),
+    )
+    argv = [f"--address={address}", f"--port={port}"]
+    with flower_command.make_context("flower", argv, parent=parent) as ctx:
+        flower_command.invoke(ctx)
+
+
+def _cannot_listen(exc: OSError) -> bool:
+    """Whether `exc` is the listening socket failing (a bad --address or a taken --port)."""
+    if isinstance(exc, socket.gaierror):
+        return True
+    return exc.filename is None and exc.errno in _CANNOT_LISTEN
+
+
+def _port(text: str) -> int:
+    """A TCP port number (a flag's type)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{value} is not between 1 and 65535")
+    return value
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m orchestrator.flowerctl`: the same command without the `ticketgraph` CLI."""
+    parser = argparse.ArgumentParser(prog="ticketgraph flower", description=DESCRIPTION)
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
