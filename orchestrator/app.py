@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import logging
+import os
 from typing import Any
 
 from celery import Celery
@@ -16,10 +18,18 @@ app = Celery("ticketgraph", include=["orchestrator.tasks"])
 LLM_CONF_KEY = "ticketgraph_llm"
 OUTAGE_CONF_KEY = "ticketgraph_broker_outage_s"
 HEARTBEAT_CONF_KEY = "ticketgraph_heartbeat_s"
+# Celery reads these ahead of its own broker setting: left in the environment, one of them
+# would send this process to another broker than the one it was given.
+CELERY_BROKER_VARIABLES = ("CELERY_BROKER_URL", "CELERY_BROKER_READ_URL", "CELERY_BROKER_WRITE_URL")
+
+log = logging.getLogger(__name__)
 
 
 def configure(broker_url: str, settings: GraphSettings, llm: HarnessSettings) -> Celery:
     """Point the app at a broker and set the delivery guarantees every run relies on."""
+    for name in CELERY_BROKER_VARIABLES:
+        if os.environ.pop(name, broker_url) != broker_url:
+            log.warning("%s ignored: ticketgraph uses TICKETGRAPH_BROKER_URL or --broker", name)
     transport = {
         # Unacknowledged messages whose holder stopped beating come back after this long;
         # every worker looks for them each restore interval (no throttling on top).

@@ -46,13 +46,6 @@ DESCRIPTION = (
 DEFAULT_ADDRESS = "127.0.0.1"
 DEFAULT_PORT = 5555
 
-# Celery reads these before its own broker setting: left in the environment, one of them
-# would point Flower at another broker than the one this command was given.
-_CELERY_BROKER_VARIABLES = (
-    "CELERY_BROKER_URL",
-    "CELERY_BROKER_READ_URL",
-    "CELERY_BROKER_WRITE_URL",
-)
 # Errors of binding the listening socket that the operator can fix with --address or --port.
 _CANNOT_LISTEN = {errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES}
 
@@ -191,8 +184,7 @@ def _serve(celery_app: Celery, address: str, port: int, accepted: list[str]) -> 
     from flower.command import flower as flower_command
     from flower.options import options
 
-    for name in (*_CELERY_BROKER_VARIABLES, "FLOWER_BASIC_AUTH"):
-        os.environ.pop(name, None)
+    os.environ.pop("FLOWER_BASIC_AUTH", None)  # the app's configure() dropped CELERY_BROKER_*
     # Set here rather than through --basic-auth or FLOWER_BASIC_AUTH: Flower splits those at
     # commas (a password may hold one), and it would re-read the variable over this list.
     options.basic_auth = accepted

@@ -16,6 +16,7 @@ from bench.distributed import MARKER, big_variant
 from orchestrator.redis_server import RedisServer
 from orchestrator.workspace import CONFIG_FILE, init_demo
 from tests.orchestrator.conftest import (
+    DEMO_SCENARIOS,
     REFERENCE_NODES,
     REFERENCE_TICKETS,
     Cli,
@@ -209,3 +210,22 @@ def test_a_run_that_times_out_stops_and_what_it_queued_pays_nothing(
 def _route_done(workspace: Path, run_id: str) -> bool:
     route = workspace / "runs" / run_id / "nodes" / "route.json"
     return route.exists() and json.loads(route.read_text())["status"] == "ok"
+
+
+def test_a_stray_celery_broker_url_does_not_send_workers_elsewhere(
+    tmp_path: Path, demo: Path, cli: Cli
+) -> None:
+    """Celery reads CELERY_BROKER_URL ahead of its own setting; a worker and a run that have
+    it pointing at nothing still use TICKETGRAPH_BROKER_URL, and say what they ignored."""
+    with RedisServer(tcp=True) as redis, running_provider(DEMO_SCENARIOS) as llm_url:
+        env = {
+            "TICKETGRAPH_BROKER_URL": redis.url,
+            "LLM_BASE_URL": llm_url,
+            "CELERY_BROKER_URL": "redis://127.0.0.1:9/0",
+        }
+        with worker_processes(env, tmp_path, ["stray"]):
+            done = cli("run", cwd=demo, env=env)
+    assert done.returncode == 1, done.stderr
+    assert "CELERY_BROKER_URL ignored" in done.stderr
+    assert "CELERY_BROKER_URL ignored" in (tmp_path / "stray.log").read_text()
+    assert ticket_rows(state(demo)) == REFERENCE_TICKETS
