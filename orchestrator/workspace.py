@@ -59,7 +59,7 @@ class InboxConfig(_Table):
 class GateConfig(_Table):
     """The deterministic gate and the review loop."""
 
-    max_rounds: int = Field(default=3, ge=0)
+    max_rounds: int = Field(default=3, ge=1, description="rewrites per ticket at most")
     filler_phrases: list[str] = [
         "please wait a moment",
         "thank you for your patience",

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.orchestrator.conftest import Cli, drop, state
+from tests.orchestrator.conftest import Cli, drop, settled, state
 
 COMMANDS = ["init", "run", "resume", "requeue", "status", "worker", "harness", "provider"]
 
@@ -252,3 +252,49 @@ def test_status_shows_a_run_for_a_person_and_for_a_program(cli: Cli, demo: Path)
     assert record.model_dump(mode="json") == RunRecord.model_validate(state(demo)).model_dump(
         mode="json"
     )
+
+
+@pytest.mark.parametrize(
+    ("table", "written", "says"),
+    [
+        ("graph", "pool_size = 0", "[graph] pool_size: Input should be greater than or equal to 1"),
+        ("gate", "max_rounds = 0", "[gate] max_rounds: Input should be greater than or equal to 1"),
+        ("harness", "max_turns = 0", "[harness] max_turns: Input should be greater than or equal"),
+    ],
+)
+def test_a_value_out_of_range_in_the_config_is_refused_naming_its_key(
+    cli: Cli, demo: Path, table: str, written: str, says: str
+) -> None:
+    config = demo / "ticketgraph.toml"
+    header = rf"^\[{re.escape(table)}\].*$"
+    text = re.sub(header, rf"\g<0>\n{written}", config.read_text(), count=1, flags=re.M)
+    config.write_text(_only(text, written))
+    done = cli("run", cwd=demo)
+    assert done.returncode == 78 and says in done.stderr, done.stderr
+    assert len(list((demo / "inbox").iterdir())) == 6
+
+
+def _only(text: str, written: str) -> str:
+    """`text` with `written` kept and any later line setting the same key removed."""
+    key = written.split(" =")[0]
+    head, tail = text.split(written, 1)
+    return head + written + re.sub(rf"^{re.escape(key)} = .*$", "", tail, count=1, flags=re.M)
+
+
+def test_flags_win_over_the_environment_which_wins_over_the_config(cli: Cli, demo: Path) -> None:
+    """defaults < ticketgraph.toml < environment < flags, read off the run's record."""
+    config = demo / "ticketgraph.toml"
+    config.write_text(config.read_text().replace("pool_size = 2", "pool_size = 3"))
+
+    def pool(*flags: str, env: dict[str, str] | None = None) -> int:
+        done = cli("run", "--stop-after", "route", *flags, cwd=demo, env=env)
+        assert done.returncode == 2, done.stderr
+        run_id = state(demo)["run_id"]
+        assert cli("requeue", run_id, cwd=demo).returncode == 0
+        for ticket in (demo / "inbox").iterdir():
+            settled(ticket)
+        return int(state(demo)["config"]["pool_size"])
+
+    assert pool() == 3
+    assert pool(env={"POOL_SIZE": "4"}) == 4
+    assert pool("--pool-size", "5", env={"POOL_SIZE": "4"}) == 5
