@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import os
 from typing import Literal, TypeVar
 
@@ -48,12 +49,38 @@ class SettingsError(ValueError):
     """A setting from the environment (or a flag) is not valid: one sentence naming it."""
 
 
+# Prefixes only this project uses: a variable under one that names no setting is a typo.
+OWN_PREFIXES = ("TICKETGRAPH_",)
+
+
 def load(cls: type[S], prefix: str) -> S:
-    """`cls()` from the environment; `SettingsError` naming each bad variable and its value."""
+    """`cls()` from the environment; `SettingsError` naming each bad variable and its value,
+    or a misspelt variable under a prefix of ours with the closest real one."""
+    if prefix in OWN_PREFIXES:
+        _refuse_unknown(cls, prefix)
     try:
         return cls()
     except ValidationError as exc:
         raise SettingsError(describe(exc, prefix, cls)) from None
+
+
+def variables(cls: type[BaseSettings], prefix: str) -> list[str]:
+    """Every environment variable that sets a field of `cls`."""
+    names = []
+    for name, field in cls.model_fields.items():
+        choices = getattr(field.validation_alias, "choices", None)
+        names += [c for c in choices if isinstance(c, str)] if choices else [f"{prefix}{name}"]
+    return [n.upper() for n in names]
+
+
+def _refuse_unknown(cls: type[BaseSettings], prefix: str) -> None:
+    known = variables(cls, prefix)
+    for name in sorted(os.environ):
+        if name.startswith(prefix) and name not in known:
+            ours = {k.removeprefix(prefix): k for k in known if k.startswith(prefix)}
+            close = difflib.get_close_matches(name.removeprefix(prefix), ours, n=1, cutoff=0.6)
+            hint = f"; did you mean {ours[close[0]]}?" if close else f" ({', '.join(known)})"
+            raise SettingsError(f"{name} is not a setting{hint}")
 
 
 def describe(exc: ValidationError, prefix: str, cls: type[BaseSettings] | None = None) -> str:

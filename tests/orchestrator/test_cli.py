@@ -298,3 +298,15 @@ def test_flags_win_over_the_environment_which_wins_over_the_config(cli: Cli, dem
     assert pool() == 3
     assert pool(env={"POOL_SIZE": "4"}) == 4
     assert pool("--pool-size", "5", env={"POOL_SIZE": "4"}) == 5
+
+
+def test_a_misspelt_variable_of_ours_is_refused_with_the_closest_one(cli: Cli, demo: Path) -> None:
+    done = cli("run", cwd=demo, env={"TICKETGRAPH_POOLSIZE": "3"})
+    assert done.returncode == 78
+    assert done.stderr == (
+        "ticketgraph run: TICKETGRAPH_POOLSIZE is not a setting; "
+        "did you mean TICKETGRAPH_POOL_SIZE?\n"
+    )
+    assert len(list((demo / "inbox").iterdir())) == 6
+    worker = cli("worker", cwd=demo, env={"TICKETGRAPH_BROKER_OUTAGE": "5"})
+    assert worker.returncode == 78 and "TICKETGRAPH_BROKER_OUTAGE_S?" in worker.stderr
