@@ -17,6 +17,7 @@ from celery import Celery
 
 from orchestrator import (
     claims,
+    config,
     dispatch,
     embedded,
     graph,
@@ -39,7 +40,6 @@ from orchestrator.exit_codes import ExitCode
 from orchestrator.records import (
     FAILED_STOPS,
     RejectedFile,
-    RoleSettings,
     RunConfig,
     RunMeta,
     RunPhase,
@@ -48,7 +48,7 @@ from orchestrator.records import (
 )
 from orchestrator.runstate import ROUTER, RunStore, link_latest, new_run_id
 from orchestrator.settings import GraphSettings
-from orchestrator.workspace import WORKER_CATEGORIES, Workspace, WorkspaceConfig
+from orchestrator.workspace import Workspace
 from workers import atomic
 from workers.settings import HarnessSettings
 from workers.state import RunState
@@ -69,9 +69,10 @@ Event = dict[str, Any]
 def start(workspace: Workspace, settings: GraphSettings) -> RunStore | None:
     """Claim what inbox/ holds into a new run and write the run's first records; None if
     there was nothing to claim (no run folder is left behind)."""
-    config = workspace.config()
-    roles = _roles(workspace, config, HarnessSettings())  # a bad prompt_file: before claiming
-    limits = inbox.InboxLimits(**config.inbox.model_dump())
+    llm = HarnessSettings()
+    effective = config.load(workspace, settings, llm)
+    run_config = config.run_config(workspace, effective, settings, llm)  # before claiming
+    limits = inbox.InboxLimits(**effective.inbox.model_dump())
     names = inbox.claimable(workspace.inbox, time.time(), limits)
     if not names:
         return None
@@ -83,7 +84,7 @@ def start(workspace: Workspace, settings: GraphSettings) -> RunStore | None:
         return None
     tickets, rejected = _sort_claimed(workspace, store, claimed, limits)
     _write_tickets(store, tickets)
-    store.write_meta(_meta(workspace, store, config, settings, rejected, roles))
+    store.write_meta(_meta(workspace, store, run_config, rejected))
     trace = store.tracer(node="inbox")
     for file in rejected:
         trace.emit("rejected", file=file.file, kind=file.kind, reason=file.reason)
@@ -117,44 +118,9 @@ def _write_tickets(store: RunStore, tickets: list[inbox.Ticket]) -> None:
 
 
 def _meta(
-    workspace: Workspace,
-    store: RunStore,
-    config: WorkspaceConfig,
-    settings: GraphSettings,
-    rejected: list[RejectedFile],
-    roles: dict[str, RoleSettings],
+    workspace: Workspace, store: RunStore, run_config: RunConfig, rejected: list[RejectedFile]
 ) -> RunMeta:
     now = now_iso()
-    llm = HarnessSettings()  # LLM_MODEL, LLM_MAX_TOKENS, LLM_TEMPERATURE override the file
-    run_config = RunConfig(
-        categories=config.graph.categories,
-        pool_size=settings.pool_size or config.graph.pool_size,
-        max_rounds=config.gate.max_rounds,
-        filler_phrases=config.gate.filler_phrases,
-        gate_off=config.gate.off,
-        min_chars=config.gate.min_chars,
-        max_chars=config.gate.max_chars,
-        model=llm.model or config.harness.model,
-        max_tokens=llm.max_tokens or config.harness.max_tokens,
-        temperature=_first(llm.temperature, config.harness.temperature),
-        token_param=llm.token_param,
-        tool_call_text_fallback=config.harness.tool_call_text_fallback,
-        evaluator=config.evaluator.enabled,
-        evaluator_model=llm.model or config.evaluator.model or config.harness.model,
-        evaluator_max_tokens=llm.max_tokens or config.evaluator.max_tokens,
-        evaluator_temperature=_first(llm.temperature, config.evaluator.temperature),
-        evaluator_budget_usd=config.evaluator.budget_usd,
-        prices=llm.prices if "prices" in llm.model_fields_set else config.prices,
-        router_model=llm.model or config.harness.router.model or config.harness.model,
-        router_max_tokens=llm.max_tokens or config.harness.router.max_tokens,
-        router_temperature=_first(llm.temperature, config.harness.router.temperature),
-        max_turns=config.harness.max_turns,
-        budget_usd=config.harness.budget_usd,
-        roles=roles,
-        stop_after=settings.stop_after,
-        route_chars=config.inbox.route_chars,
-        reads=config.tools.reads,
-    )
     return RunMeta(
         run_id=store.run_id,
         started_at=now,
@@ -163,39 +129,6 @@ def _meta(
         config=run_config,
         rejected=rejected,
     )
-
-
-def _roles(
-    workspace: Workspace, config: WorkspaceConfig, llm: HarnessSettings
-) -> dict[str, RoleSettings]:
-    """What `[harness.router]`, `[harness.billing]` and `[harness.bug]` set, with each
-    prompt_file read now, so every worker uses the same text; LLM_* still win."""
-    roles = {}
-    for name in ("router", *WORKER_CATEGORIES):
-        table = config.harness.role(name)
-        role = RoleSettings(**table.model_dump(exclude={"prompt_file"}, exclude_unset=True))
-        if llm.model:
-            role.model = None
-        if llm.max_tokens:
-            role.max_tokens = None
-        if llm.temperature is not None:
-            role.temperature = None
-        if table.prompt_file:
-            role.prompt = _prompt_text(workspace, name, table.prompt_file)
-        if role.model_dump(exclude_none=True):
-            roles[name] = role
-    return roles
-
-
-def _prompt_text(workspace: Workspace, role: str, name: str) -> str:
-    """A role's prompt file, or `ConfigError` naming the key when it cannot be used."""
-    try:
-        text = (workspace.root / name).read_text(encoding="utf-8").strip()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"[harness.{role}] prompt_file {name!r}: {exc}") from exc
-    if not text:
-        raise ConfigError(f"[harness.{role}] prompt_file {name!r} is empty")
-    return text
 
 
 RetryPolicy = Literal["retryable", "all", "none"]
@@ -302,11 +235,6 @@ def _execute_held(
         # A task crashed the run but could not record it (the run folder failed it).
         return nodes.record_crash(store, RunStorageError(end["error"]))
     return ExitCode.CRASHED if code is None else code
-
-
-def _first(*values: float | None) -> float | None:
-    """The first value that is set (0.0 counts as set)."""
-    return next((v for v in values if v is not None), None)
 
 
 def check_writable(*folders: Path) -> None:

@@ -310,3 +310,24 @@ def test_a_misspelt_variable_of_ours_is_refused_with_the_closest_one(cli: Cli, d
     assert len(list((demo / "inbox").iterdir())) == 6
     worker = cli("worker", cwd=demo, env={"TICKETGRAPH_BROKER_OUTAGE": "5"})
     assert worker.returncode == 78 and "TICKETGRAPH_BROKER_OUTAGE_S?" in worker.stderr
+
+
+def test_the_environment_wins_over_a_roles_own_table(cli: Cli, demo: Path) -> None:
+    """[harness.router] model is the router's; LLM_MODEL, set for every role, wins over it."""
+    config = demo / "ticketgraph.toml"
+    config.write_text(
+        config.read_text().replace("[harness.router]", '[harness.router]\nmodel = "router-x"\n#', 1)
+    )
+
+    def router_model(env: dict[str, str] | None = None) -> str:
+        done = cli("run", "--stop-after", "route", cwd=demo, env=env)
+        assert done.returncode == 2, done.stderr
+        run_id = state(demo)["run_id"]
+        assert cli("requeue", run_id, cwd=demo).returncode == 0
+        for ticket in (demo / "inbox").iterdir():
+            settled(ticket)
+        agent = demo / "runs" / run_id / "agents" / "_router.route.json"
+        return str(json.loads(agent.read_text())["model"])
+
+    assert router_model() == "router-x"
+    assert router_model({"LLM_MODEL": "small-1"}) == "small-1"
