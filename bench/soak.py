@@ -17,6 +17,12 @@ done twice for one call (must be 0), verdicts that differ from the reference run
 gap between the requests the provider served and the calls the run recorded (at most the
 requests in flight at the kill, which were paid and then lost with the process).
 
+`--mode stall` stops instead of killing: a worker process with a task running (during
+drafting, or during review: the points alternate) gets SIGSTOP and stays stopped past the
+visibility timeout, so its tickets are redelivered and finished elsewhere; once the run has
+ended it gets SIGCONT, and the trial also counts finished ticket records the woken copies
+changed afterwards (must be 0: fencing, orchestrator/fence.py).
+
 The visibility timeout is 6 s here (default 30 s) so a trial takes seconds, not a minute.
 `--trials 30` is the full soak (about 6 minutes); the test suite runs 3.
 """
@@ -44,6 +50,8 @@ from orchestrator.redis_server import RedisServer
 from orchestrator.workspace import DEMO_SCENARIOS, init_demo
 
 POINTS = ("model", "write", "review")
+STALL_POINTS = ("model", "review")  # `--mode stall`: where the process is stopped
+WAKE_TIMEOUT_S = 60.0
 LATENCY_MS = 800
 VISIBILITY_S = "6"
 TRIAL_TIMEOUT_S = 180.0
@@ -75,6 +83,8 @@ class Trial:
     served: int
     recorded: int
     seconds: float
+    stalled: bool = False  # --mode stall: the process was stopped, not killed
+    records_changed: int = 0  # finished records a woken stale copy rewrote afterwards
 
     @property
     def gap(self) -> int:
@@ -100,8 +110,9 @@ def init_source() -> Path:
     return Path(__file__).resolve().parents[1] / "orchestrator" / "demo"
 
 
-def run_trials(trials: int, folder: Path, seed: int = 7) -> list[Trial]:
-    """`trials` killed runs on one Redis, provider and pair of workers."""
+def run_trials(trials: int, folder: Path, seed: int = 7, mode: str = "kill") -> list[Trial]:
+    """`trials` runs on one Redis, provider and pair of workers, each with one worker
+    process killed (`mode` kill) or stopped past the visibility timeout (stall)."""
     rng = random.Random(seed)
     folder.mkdir(parents=True, exist_ok=True)
     scenario = folder / "soak.yaml"
@@ -116,9 +127,11 @@ def run_trials(trials: int, folder: Path, seed: int = 7) -> list[Trial]:
         )
         specs = [WorkerSpec("soak1", 1, 2), WorkerSpec("soak2", 1, 2)]
         with Workers(specs, env, folder / "workers") as workers:
+            points = STALL_POINTS if mode == "stall" else POINTS
             for index in range(trials):
-                point = POINTS[index % len(POINTS)]
-                trial = _trial(index, point, folder / f"t{index:02d}", env, llm, workers, rng)
+                point = points[index % len(points)]
+                where = folder / f"t{index:02d}"
+                trial = _trial(index, point, where, env, llm, workers, rng, mode == "stall")
                 results.append(trial)
                 print(_line(trial), flush=True)
     return results
@@ -132,6 +145,7 @@ def _trial(
     llm: Provider,
     workers: Workers,
     rng: random.Random,
+    stall: bool = False,
 ) -> Trial:
     workspace = folder / "demo"
     init_demo(workspace)
@@ -142,13 +156,44 @@ def _trial(
         run = subprocess.Popen(
             ticketgraph("run"), cwd=workspace, env=env, stdout=out, stderr=subprocess.STDOUT
         )
-    killed, in_flight = _kill(point, workspace, env["TICKETGRAPH_BROKER_URL"], llm, workers, rng)
+    broker = env["TICKETGRAPH_BROKER_URL"]
+    signum = signal.SIGSTOP if stall else signal.SIGKILL
+    pid, in_flight = _kill(point, workspace, broker, llm, workers, rng, signum)
     try:
-        code: int | None = run.wait(TRIAL_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        run.kill()
-        code = None
-    return _count(index, point, killed, in_flight, code, workspace, llm, before, started)
+        try:
+            code: int | None = run.wait(TRIAL_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            run.kill()
+            code = None
+        finished = _finished_records(workspace)
+    finally:
+        if stall and pid is not None:
+            os.kill(pid, signal.SIGCONT)
+    if stall and pid is not None:
+        _wait_idle(broker, pid)
+    trial = _count(index, point, pid is not None, in_flight, code, workspace, llm, before, started)
+    trial.stalled = stall
+    trial.records_changed = sum(
+        _finished_records(workspace).get(name) != data for name, data in finished.items()
+    )
+    return trial
+
+
+def _finished_records(workspace: Path) -> dict[str, bytes]:
+    """The bytes of every ticket record with a verdict, by file name."""
+    out = {}
+    for path in sorted((workspace / "runs").glob("run-*/records/*.json")):
+        data = path.read_bytes()
+        if json.loads(data)["status"] in ("pass", "needs_human"):
+            out[path.name] = data
+    return out
+
+
+def _wait_idle(broker: str, pid: int) -> None:
+    """Until the woken process runs no task (its stale copies have ended, one way or other)."""
+    deadline = time.monotonic() + WAKE_TIMEOUT_S
+    while pid in _busy_pids(broker) and time.monotonic() < deadline:
+        time.sleep(0.2)
 
 
 def _kill(
@@ -158,8 +203,10 @@ def _kill(
     llm: Provider,
     workers: Workers,
     rng: random.Random,
-) -> tuple[bool, int]:
-    """Wait for the trial's kill point, SIGKILL one worker process; (killed, in flight)."""
+    signum: signal.Signals = signal.SIGKILL,
+) -> tuple[int | None, int]:
+    """Wait for the trial's kill point, send `signum` to one worker process; (its PID or
+    None if the point was never reached, requests in flight)."""
     deadline = time.monotonic() + 60
     trace = _Trace(workspace)
     if point == "write":
@@ -167,9 +214,9 @@ def _kill(
         refund = lambda e: e["event"] == "tool_start" and e["tool"] == "request_refund"  # noqa: E731
         while time.monotonic() < deadline:
             if (start := trace.find(refund)) is not None:
-                os.kill(start["pid"], signal.SIGKILL)
-                return True, llm.stats()["in_flight"]  # the killed calls stay open a while
-        return False, 0
+                os.kill(start["pid"], signum)
+                return start["pid"], llm.stats()["in_flight"]  # killed calls stay open a while
+        return None, 0
     if point == "model":
         while time.monotonic() < deadline and not trace.find(lambda e: e["event"] == "routed"):
             time.sleep(0.01)
@@ -181,10 +228,11 @@ def _kill(
         time.sleep(rng.uniform(0.0, 0.5))
     busy = _busy_pids(broker) or _children(workers)
     if not busy:
-        return False, 0
+        return None, 0
     in_flight = llm.stats()["in_flight"]
-    os.kill(rng.choice(busy), signal.SIGKILL)
-    return True, in_flight
+    pid = rng.choice(busy)
+    os.kill(pid, signum)
+    return pid, in_flight
 
 
 class _Trace:
@@ -283,7 +331,8 @@ def _line(t: Trial) -> str:
         f"trial {t.index:2d} {t.point:6s} killed={t.killed!s:5s} exit={t.exit_code} "
         f"lost={t.lost} wrong={t.wrong_verdicts} refunds={t.refunds} twice={t.refunds_twice} "
         f"write_interrupted={t.write_interrupted!s:5s} served={t.served} recorded={t.recorded} "
-        f"gap={t.gap} in_flight_at_kill={t.in_flight_at_kill} {t.seconds}s"
+        f"gap={t.gap} in_flight_at_kill={t.in_flight_at_kill} "
+        f"{'stalled ' if t.stalled else ''}records_changed={t.records_changed} {t.seconds}s"
     )
 
 
@@ -301,6 +350,8 @@ def summary(trials: list[Trial]) -> dict[str, Any]:
         "paid_not_recorded": sum(t.gap for t in trials),
         "gap_over_in_flight": sum(t.gap > t.in_flight_at_kill for t in trials),
         "median_trial_s": sorted(t.seconds for t in trials)[len(trials) // 2] if trials else 0,
+        "stalled": sum(t.stalled and t.killed for t in trials),
+        "finished_records_changed": sum(t.records_changed for t in trials),
     }
 
 
@@ -310,17 +361,29 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m bench.soak", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("--trials", type=int, default=30)
+    parser.add_argument(
+        "--mode",
+        choices=["kill", "stall"],
+        default="kill",
+        help="kill: SIGKILL a worker process; stall: SIGSTOP it past the visibility timeout "
+        "and SIGCONT it once the run has ended",
+    )
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--folder", type=Path, default=Path("/tmp/ticketgraph-soak"))
     parser.add_argument("--json", type=Path, help="write every trial and the summary here")
     args = parser.parse_args(argv)
-    trials = run_trials(args.trials, args.folder, args.seed)
+    trials = run_trials(args.trials, args.folder, args.seed, args.mode)
     totals = summary(trials)
     print(json.dumps(totals, indent=2))
     if args.json:
         data = {"summary": totals, "trials": [asdict(t) | {"gap": t.gap} for t in trials]}
         args.json.write_text(json.dumps(data, indent=2))
-    bad = totals["lost_tickets"] or totals["refunds_done_twice"] or totals["gap_over_in_flight"]
+    bad = (
+        totals["lost_tickets"]
+        or totals["refunds_done_twice"]
+        or totals["gap_over_in_flight"]
+        or totals["finished_records_changed"]
+    )
     return 1 if bad else 0
 
 

@@ -10,6 +10,7 @@ from orchestrator.records import RoleSettings, RunConfig, StepUsage
 from workers import loop
 from workers.cancel import CancelToken
 from workers.client import ModelClient, RequestParams
+from workers.fence import UNFENCED, Fence
 from workers.settings import HarnessSettings
 from workers.state import RunState, RunStatus, new_run
 from workers.tools import Catalog, Tool
@@ -60,9 +61,11 @@ def run_agent(
     state_path: Path,
     cancel: CancelToken | None = None,
     role: str = "worker",
+    fence: Fence = UNFENCED,
 ) -> AgentResult:
-    """Run (or resume from `state_path`) one agent; its state is saved after every step.
-    Setting `cancel` stops it at once, even mid-request or in a tool."""
+    """Run (or resume from `state_path`) one agent; its state is saved after every step,
+    through `fence` (a superseded copy raises `Superseded`). Setting `cancel` stops it at
+    once, even mid-request or in a tool."""
     how = role_of(config, role)
     state = (
         RunState.load(state_path)
@@ -79,6 +82,7 @@ def run_agent(
         cancel=cancel or CancelToken(),
         params=how.params,
         tool_call_text_fallback=config.tool_call_text_fallback,
+        fence=fence,
     )
     state = loop.run(state, harness)
     stopped_by = (

@@ -29,7 +29,6 @@ from orchestrator.records import (
 )
 from orchestrator.runstate import ROUTER, RunStore
 from orchestrator.toolbox import tools_for
-from workers import atomic
 from workers.cancel import CancelToken
 from workers.settings import HarnessSettings
 from workers.trace import Tracer
@@ -81,6 +80,7 @@ def route(ctx: Context) -> list[str]:
         ctx.store.agent_path(ROUTER, "route"),
         ctx.cancel,
         role="router",
+        fence=ctx.store.fence,
     )
     if not result.ok:
         again = (
@@ -96,7 +96,7 @@ def route(ctx: Context) -> list[str]:
         ticket = tickets[ticket_id]
         ticket.category, ticket.status = decision.category, TicketStatus.ROUTED
         ticket.routing, ticket.routed_as = decision.how, decision.raw
-    atomic.write_many((ctx.store.record_path(i), t.model_dump_json()) for i, t in tickets.items())
+    ctx.store.save_tickets(tickets)
     for ticket_id, category in categories.items():
         trace.emit("routed", ticket=ticket_id, category=category)
     _close(ctx, "route", trace, result.usage)
@@ -160,7 +160,7 @@ def _drafted(
     unsure_writes: list[str] | None = None,
 ) -> str:
     """Leave the draft in the run folder for merge, and mark the ticket drafted."""
-    atomic.write_text(ctx.store.draft_path(ticket_id), text.strip() + "\n")
+    ctx.store.write(ctx.store.draft_path(ticket_id), text.strip() + "\n")
     ticket = ctx.store.ticket(ticket_id)
     ticket.handler, ticket.draft, ticket.status = handler, usage, TicketStatus.DRAFTED
     ticket.unsure_writes = list(unsure_writes or [])
@@ -186,6 +186,7 @@ def _worker(
         ctx.store.agent_path(ticket_id, step),
         ctx.cancel,
         role=category,
+        fence=ctx.store.fence,
     )
 
 
@@ -248,7 +249,7 @@ def _publish(ctx: Context, tickets: dict[str, TicketRecord]) -> None:
         trace.emit(
             "collected", ticket=ticket_id, file=f"out/{ticket_id}.txt", chars=len(text.strip())
         )
-    atomic.write_many(writes)
+    ctx.store.write_many(writes)
     ctx.store.save_published(summaries)
     _close(ctx, "merge", trace)
     ctx.store.materialise(tickets)
@@ -372,6 +373,7 @@ class ReviewLoop:
             self.ctx.store.agent_path(self.ticket_id, f"evaluate-{self.rounds}"),
             self.ctx.cancel,
             role="evaluator",
+            fence=self.ctx.store.fence,
         )
         self.usage = self.usage + result.usage  # the evaluator's cost is review's
         if not result.ok:
@@ -427,7 +429,7 @@ class ReviewLoop:
             tokens=result.usage.tokens,
         )
         self.text = (result.text or "").strip()
-        atomic.write_text(self.path, self.text + "\n")
+        self.ctx.store.write(self.path, self.text + "\n")
         return None
 
 
@@ -443,7 +445,7 @@ def finish_report(ctx: Context) -> int:
     needs_human = [t for t in tickets.values() if t.status is not TicketStatus.PASS]
     looked_at = needs_human or ctx.meta.rejected
     code = ExitCode.NEEDS_HUMAN if looked_at else ExitCode.ALL_PASS
-    atomic.write_text(ctx.store.report_path, report.render(ctx.store.read(tickets)))
+    ctx.store.write(ctx.store.report_path, report.render(ctx.store.read(tickets)))
     _close(ctx, "report", trace)
     with ctx.store.update_meta() as run:
         run.end(RunPhase.DONE, code)

@@ -17,7 +17,7 @@ import json
 import os
 import secrets
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TypeVar
@@ -27,7 +27,7 @@ from pydantic import BaseModel, ValidationError
 from orchestrator import ids
 from orchestrator.errors import RunStateError, UsageError
 from orchestrator.records import NodeRecord, RunMeta, RunRecord, TicketRecord
-from workers import atomic
+from workers.fence import UNFENCED, Fence
 from workers.trace import Tracer, now_iso
 
 STATE_FILE = "run-state.json"
@@ -48,10 +48,24 @@ def new_run_id() -> str:
 class RunStore:
     """The files of one run under `runs/<run_id>/`."""
 
-    def __init__(self, run_dir: Path) -> None:
+    def __init__(self, run_dir: Path, fence: Fence = UNFENCED) -> None:
         # Workers on other machines get this path as is; tasks already carry it absolute.
         self.dir = run_dir if run_dir.is_absolute() else run_dir.resolve()
         ids.run(self.dir.name)  # a path from a message or a state file: a plain run folder
+        # Every write goes through it: a task's copy that was superseded writes nothing.
+        self.fence = fence
+
+    def fenced(self, fence: Fence) -> RunStore:
+        """The same run, written through `fence` (one delivery's hold, fence.py)."""
+        return RunStore(self.dir, fence)
+
+    def write(self, path: Path, text: str, durable: bool = True) -> None:
+        """Write one file of the run (or its out/ reply) atomically, through the fence."""
+        self.fence.write(path, text, durable=durable)
+
+    def write_many(self, items: Iterable[tuple[Path, str]]) -> None:
+        """Write many files with one flush, through the fence."""
+        self.fence.write_many(items)
 
     @property
     def run_id(self) -> str:
@@ -127,7 +141,7 @@ class RunStore:
     def write_meta(self, meta: RunMeta) -> None:
         """Write run.json atomically."""
         meta.updated_at = now_iso()
-        atomic.write_text(self.meta_path, meta.model_dump_json(indent=2))
+        self.write(self.meta_path, meta.model_dump_json(indent=2))
 
     @contextlib.contextmanager
     def update_meta(self) -> Iterator[RunMeta]:
@@ -152,7 +166,11 @@ class RunStore:
 
     def save_ticket(self, ticket_id: str, record: TicketRecord) -> None:
         """Write one ticket's record (its holder is the only writer)."""
-        atomic.write_text(self.record_path(ticket_id), record.model_dump_json())
+        self.write(self.record_path(ticket_id), record.model_dump_json())
+
+    def save_tickets(self, records: dict[str, TicketRecord]) -> None:
+        """Write many tickets' records with one flush (a single-writer step: route, claim)."""
+        self.write_many((self.record_path(i), r.model_dump_json()) for i, r in records.items())
 
     def ticket_ids(self) -> list[str]:
         """Every ticket of the run, sorted."""
@@ -190,7 +208,7 @@ class RunStore:
 
     def save_node(self, name: str, record: NodeRecord) -> None:
         """Write one node's record."""
-        atomic.write_text(self.node_path(name), record.model_dump_json())
+        self.write(self.node_path(name), record.model_dump_json())
 
     def nodes(self) -> dict[str, NodeRecord]:
         """Every started node's record, by name."""
@@ -210,7 +228,7 @@ class RunStore:
 
     def save_published(self, summaries: dict[str, str]) -> None:
         """Record what merge published, in one file (merge is the only writer)."""
-        atomic.write_text(self.published_path, json.dumps(summaries, ensure_ascii=False))
+        self.write(self.published_path, json.dumps(summaries, ensure_ascii=False))
 
     def read(self, tickets: dict[str, TicketRecord] | None = None) -> RunRecord:
         """The whole run, assembled from its records (what run-state.json shows).
@@ -228,7 +246,7 @@ class RunStore:
     def materialise(self, tickets: dict[str, TicketRecord] | None = None) -> RunRecord:
         """Assemble the whole run and write it to run-state.json; return it."""
         record = self.read(tickets)
-        atomic.write_text(self.state_path, record.model_dump_json(indent=2))
+        self.write(self.state_path, record.model_dump_json(indent=2))
         return record
 
     def materialised(self) -> RunRecord:

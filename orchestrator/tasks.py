@@ -22,13 +22,14 @@ import redis
 from celery import Task
 from celery.exceptions import Reject
 
-from orchestrator import dispatch, graph, heartbeat, ids, keys, lease, limits, nodes, outage
+from orchestrator import dispatch, fence, graph, heartbeat, ids, keys, lease, limits, nodes, outage
 from orchestrator.agents import TIME_LIMIT, shared_client
 from orchestrator.app import OUTAGE_CONF_KEY, app, worker_llm
-from orchestrator.errors import RunStorageError
+from orchestrator.errors import RunStateError, RunStorageError
 from orchestrator.exit_codes import ExitCode
 from orchestrator.records import RunPhase
 from orchestrator.runstate import RunStore
+from workers.errors import Superseded
 
 T = TypeVar("T")
 
@@ -85,17 +86,30 @@ def _crashed(ctx: nodes.Context, exc: BaseException) -> None:
     _broker(lambda: dispatch.publish(_redis(), run_id, "run_end", error=error), "ending a run")
 
 
-def _whole_run(run_dir: str, step: Callable[[nodes.Context], T]) -> T:
-    """Run a whole-run step; if it raises, the run is marked crashed before Celery sees it."""
+def _whole_run(run_dir: str, node: str, step: Callable[[nodes.Context], T]) -> T:
+    """Run a whole-run step as the newest copy of it (fence.py); if it raises, the run is
+    marked crashed before Celery sees it. A copy superseded meanwhile raises `Superseded`
+    having written nothing after the takeover, and is traced so."""
     ctx = _ctx(run_dir)
-    name = getattr(step, "__name__", "step")
-    hard = TimeoutError(f"{name}: still running at the hard time limit")
+    ctx.store = ctx.store.fenced(fence.EpochFence.take(fence.path(ctx.store.dir, f"_{node}")))
+    hard = TimeoutError(f"{node}: still running at the hard time limit")
     try:
-        with _limited(ctx, name, lambda: _crashed(ctx, hard)):
+        with _limited(ctx, node, lambda: _crashed(ctx, hard)):
             return step(ctx)
+    except Superseded as exc:
+        _superseded(ctx, node, None, exc)
+        raise
     except Exception as exc:
         _crashed(ctx, exc)
         raise
+
+
+def _superseded(ctx: nodes.Context, node: str, ticket_id: str | None, exc: Superseded) -> None:
+    """A stale copy steps aside: say so in the trace (and the worker's log)."""
+    where = f"{node} {ticket_id}" if ticket_id else node
+    log.warning("run %s: %s superseded (%s): this copy stops", ctx.store.run_id, where, exc)
+    fields = {"ticket": ticket_id} if ticket_id else {}
+    ctx.tracer(node, **fields).emit("superseded", epoch=exc.epoch, newest=exc.newest)
 
 
 def _per_ticket(
@@ -112,11 +126,43 @@ def _per_ticket(
     if not _broker(lambda: dispatch.hold(r, phase, ticket_id, delivery, limit), "holding"):
         return {"ticket": ticket_id, "status": "held elsewhere"}
     node = "fanout" if step is graph.DRAFT else "review"
-    run = nodes.draft if step is graph.DRAFT else nodes.review
 
     def hand_on() -> None:
         what = f"handing on {ticket_id}"
         _broker(lambda: graph.hand_on(r, step, ctx.store, attempt, ticket_id), what)
+
+    try:
+        status = _held(ctx, step, node, ticket_id, hand_on)
+    except Superseded as exc:  # a newer copy holds the ticket: it hands the slot on
+        _superseded(ctx, node, ticket_id, exc)
+        return {"ticket": ticket_id, "status": "superseded"}
+    except (OSError, RunStateError) as exc:
+        # The run's files cannot be written (or are damaged): not this ticket's verdict but
+        # the run's crash. The ticket's record still says where it was, so `resume` redoes
+        # it once fixed.
+        _crashed(ctx, exc)
+        return {"ticket": ticket_id, "status": "crashed"}
+    return {"ticket": ticket_id, "status": status}
+
+
+def _held(
+    ctx: nodes.Context,
+    step: graph.FanOut,
+    node: str,
+    ticket_id: str,
+    hand_on: Callable[[], None],
+) -> str:
+    """Take the ticket's newest epoch, run the step through it, hand the slot on; a step
+    already done (this is a redelivery after its verdict) is only handed on."""
+    store = ctx.store
+    held = fence.EpochFence.take_if(
+        fence.path(store.dir, ticket_id), lambda: store.ticket(ticket_id).status is step.takes
+    )
+    if held is None:
+        hand_on()
+        return store.ticket(ticket_id).status.value
+    ctx.store = store.fenced(held)
+    run = nodes.draft if step is graph.DRAFT else nodes.review
 
     def out_of_time() -> None:
         error = "still running at the hard time limit; its worker process was replaced"
@@ -124,21 +170,15 @@ def _per_ticket(
         hand_on()
 
     try:
-        try:
-            with _limited(ctx, f"{step.phase} {ticket_id}", out_of_time):
-                status = run(ctx, ticket_id)
-        except OSError:
-            raise
-        except Exception as exc:
-            status = nodes.fail_ticket(ctx, ticket_id, node, f"{type(exc).__name__}: {exc}")
-        hand_on()
-        lease.touch(ctx.store)  # the run makes progress: its lease stays live without its CLI
-    except OSError as exc:
-        # The run's files cannot be written: not this ticket's verdict but the run's crash.
-        # The ticket's record still says where it was, so `resume` redoes it once fixed.
-        _crashed(ctx, exc)
-        return {"ticket": ticket_id, "status": "crashed"}
-    return {"ticket": ticket_id, "status": status}
+        with _limited(ctx, f"{step.phase} {ticket_id}", out_of_time):
+            status = run(ctx, ticket_id)
+    except (OSError, Superseded, RunStateError):
+        raise
+    except Exception as exc:
+        status = nodes.fail_ticket(ctx, ticket_id, node, f"{type(exc).__name__}: {exc}")
+    hand_on()
+    lease.touch(ctx.store)  # the run makes progress: its lease stays live without its CLI
+    return status
 
 
 def _take_barrier(run_dir: str, attempt: str, after: graph.FanOut) -> None:
@@ -164,7 +204,10 @@ def _then_fan_out(
     ctx = _ctx(run_dir)
     if ctx.meta.status is not RunPhase.RUNNING:  # stopped or timed out while queued
         return {fan.phase: 0}
-    taking = _whole_run(run_dir, step)
+    try:
+        taking = _whole_run(run_dir, node, step)
+    except Superseded:  # a newer copy of this step fans out
+        return {fan.phase: 0}
     r = _redis()
     _broker(lambda: dispatch.publish(r, ctx.store.run_id, "node_end", node=node), "telling")
     if ctx.store.meta().status is not RunPhase.RUNNING:
@@ -200,7 +243,10 @@ def report(run_dir: str, attempt: str) -> dict[str, int]:
     _take_barrier(run_dir, attempt, graph.REVIEW)
     if _ctx(run_dir).meta.status is RunPhase.STOPPED:  # revoked while queued: pay nothing
         return {"exit_code": ExitCode.STOPPED}
-    code = _whole_run(run_dir, nodes.finish_report)
+    try:
+        code = _whole_run(run_dir, "report", nodes.finish_report)
+    except Superseded:  # a newer copy reports
+        return {"exit_code": ExitCode.STOPPED}
     run_id = RunStore(Path(run_dir)).run_id
     _broker(lambda: dispatch.publish(_redis(), run_id, "run_end", exit_code=code), "ending a run")
     return {"exit_code": code}

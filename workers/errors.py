@@ -5,6 +5,7 @@ HarnessError
 ├── ProviderError         the model endpoint failed us (HTTP status, timeout, bad body)
 ├── ScenarioError         a scripted-provider scenario file is invalid
 ├── Cancelled             the run's cancel token fired (raised inside tools)
+├── Superseded            another copy of this task holds the run now: this one writes nothing
 └── ToolError             a tool failed; the message goes back to the model as data
     └── PermanentToolError  no message can fix it; the run stops `failed`
 """
@@ -45,6 +46,15 @@ class Cancelled(HarnessError):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+class Superseded(HarnessError):
+    """This copy of a task lost its hold on the files it writes (another delivery of the same
+    task took them over): it must stop, write nothing and pay for nothing more."""
+
+    def __init__(self, message: str, epoch: int = 0, newest: int = 0) -> None:
+        super().__init__(message)
+        self.epoch, self.newest = epoch, newest  # this copy's hold, and the one that took over
 
 
 class ToolError(HarnessError):

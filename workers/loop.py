@@ -20,6 +20,7 @@ from workers import textcalls
 from workers.cancel import CancelToken
 from workers.client import ModelClient, ModelReply, RequestParams
 from workers.errors import Cancelled, PermanentToolError, ProviderError, ToolError
+from workers.fence import UNFENCED, Fence
 from workers.pricing import Price, cost
 from workers.state import Interruption, Message, RunState, RunStatus, ToolCall, pending
 from workers.tools import Catalog, Tool, ToolContext
@@ -60,6 +61,9 @@ class Harness:
     # is run as that call; the trace says `parsed_from_text`.
     tool_call_text_fallback: bool = True
     params: RequestParams | None = None  # max_tokens, temperature
+    # Every save goes through it, and it is checked before every model call: a copy of the
+    # task that was superseded (see fence.py) stops there with `Superseded`.
+    fence: Fence = UNFENCED
 
 
 def run(state: RunState, h: Harness) -> RunState:
@@ -81,6 +85,7 @@ def run(state: RunState, h: Harness) -> RunState:
             return _stop(state, h, RunStatus.MAX_TURNS_EXCEEDED, Interruption(type="max_turns"))
         if h.limits.budget_usd is not None and state.cost_usd >= h.limits.budget_usd:
             return _stop(state, h, RunStatus.BUDGET_EXCEEDED, Interruption(type="max_budget"))
+        h.fence.check()  # a superseded copy must not pay for another turn
         try:
             reply = h.client.complete(
                 state.model, state.messages, h.catalog.schemas(), cancel=h.cancel, params=h.params
@@ -323,4 +328,4 @@ def _save(state: RunState, h: Harness, durable: bool = True) -> None:
     without an fsync (a read-only tool's result, the stop reason): still atomic, and it
     survives a killed process, only an OS crash can take it back."""
     if h.state_path is not None:
-        state.save(h.state_path, durable=durable)
+        state.save(h.state_path, durable=durable, fence=h.fence)

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from workers import atomic
+from workers.fence import UNFENCED, Fence
 from workers.usage import RunUsage
 
 
@@ -94,9 +94,10 @@ class RunState(BaseModel):
     retryable: bool = False  # a `failed` exit that asking again later may fix
     output: str | None = None
 
-    def save(self, path: str | Path, durable: bool = True) -> None:
-        """Persist atomically (temp file, fsync unless not `durable`, rename)."""
-        atomic.write_text(path, self.model_dump_json(indent=1), durable=durable)
+    def save(self, path: str | Path, durable: bool = True, fence: Fence = UNFENCED) -> None:
+        """Persist atomically (temp file, fsync unless not `durable`, rename), through
+        `fence` (a superseded copy of a task gets `Superseded` and writes nothing)."""
+        fence.write(path, self.model_dump_json(indent=1), durable=durable)
 
     @classmethod
     def load(cls, path: str | Path) -> RunState:

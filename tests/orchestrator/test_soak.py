@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.soak import POINTS, run_trials, summary
+from bench.soak import POINTS, STALL_POINTS, run_trials, summary
 
 
 @pytest.mark.slow
@@ -22,5 +22,22 @@ def test_killed_workers_lose_no_ticket_and_repeat_no_write(tmp_path: Path) -> No
     assert totals["wrong_verdicts"] == 0, totals
     assert totals["exit_codes"] == {"1": len(POINTS)}, totals
     # What a kill costs: the calls in flight in the killed process, paid and never recorded.
+    for trial in trials:
+        assert 0 <= trial.gap <= trial.in_flight_at_kill, trial
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_stalled_workers_woken_after_the_run_change_no_finished_ticket(tmp_path: Path) -> None:
+    """`--mode stall`, small: a worker process stopped past the visibility timeout during
+    drafting, then one during review, each woken once its run has ended."""
+    trials = run_trials(len(STALL_POINTS), tmp_path, mode="stall")
+    totals = summary(trials)
+    assert totals["stalled"] == len(STALL_POINTS), totals  # every trial reached its point
+    assert totals["lost_tickets"] == 0, totals
+    assert totals["refunds_done_twice"] == 0, totals
+    assert totals["finished_records_changed"] == 0, totals
+    assert totals["wrong_verdicts"] == 0, totals
+    assert totals["exit_codes"] == {"1": len(STALL_POINTS)}, totals
     for trial in trials:
         assert 0 <= trial.gap <= trial.in_flight_at_kill, trial

@@ -2,18 +2,27 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
+import pytest
+
 from tests.workers.conftest import RunScenario
-from workers import trace
+from workers import experiment, filetools, loop, trace
+from workers.client import ModelClient
+from workers.errors import Superseded
+from workers.fence import Fence
 from workers.provider import running_provider
-from workers.state import RunState, RunStatus
+from workers.settings import HarnessSettings
+from workers.state import RunState, RunStatus, new_run
 
 PLAN_WITH_HANG = """
 - name: plan
@@ -135,3 +144,45 @@ def test_malformed_calls_go_back_to_the_model_as_errors(
     assert "unknown tool 'format_disk'" in results[0]
     assert "not valid JSON" in results[1]
     assert "do not fit its schema" in results[2] and "path" in results[2]
+
+
+class _TakenOverAfter(Fence):
+    """A fence another copy takes over once this one has saved `saves` times."""
+
+    def __init__(self, saves: int) -> None:
+        self.saves, self.superseded = saves, False
+
+    def check(self) -> None:
+        if self.superseded:
+            raise Superseded("taken over", 1, 2)
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        self.check()
+        yield
+        self.saves -= 1
+        self.superseded = self.saves <= 0
+
+
+def test_a_superseded_run_stops_before_its_next_model_call_and_saves_nothing(
+    harness_url: str, tmp_path: Path
+) -> None:
+    """`plan` asks the model three times; a fence taken over after the first saved step
+    (the first reply) lets the loop run the tool but not save its result, and never ask
+    the model again: one request served, the state file as of that first save."""
+    stats = harness_url.replace("/v1", "/stats")
+    before = httpx.get(stats).json()["requests"]
+    opts = experiment.Options(scenario="plan", workspace=tmp_path / "ws", state=tmp_path / "s")
+    filetools.make_demo_workspace(opts.workspace)
+    client = ModelClient(HarnessSettings(base_url=harness_url))
+    try:
+        state = new_run("system", "task", model="plan")
+        h = experiment.build(opts, client, state)
+        h.fence = _TakenOverAfter(saves=1)
+        with pytest.raises(Superseded):
+            loop.run(state, h)
+    finally:
+        client.close()
+    assert httpx.get(stats).json()["requests"] - before == 1
+    saved = RunState.load(tmp_path / "s")
+    assert saved.turns == 1 and not any(m.role == "tool" for m in saved.messages)

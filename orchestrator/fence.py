@@ -1,0 +1,113 @@
+"""Fencing: only the newest delivery of a step may write its ticket's files.
+
+Delivery is at least once. A worker stalled past the visibility timeout (a GC pause, a frozen
+VM, a partition, SIGSTOP) stops beating, its message comes back and is run again elsewhere;
+when the stalled copy wakes up, two copies of one task hold the same ticket. Redis's owner
+key cannot tell them apart (a redelivered message keeps its id), so each copy, as it starts,
+takes a new epoch in the run folder, and every write it makes is conditional on that epoch
+still being the newest:
+
+    runs/<run>/fences/<ticket>    the epoch of the delivery that holds the ticket, any step
+    runs/<run>/fences/_<step>     the same for a whole-run step (route, merge, report)
+
+Taking increments the number under an exclusive `flock` of that file; each later write of
+the copy (its record, draft, agent state, out/ file, run.json) is made under the same lock
+after checking the number is still its own, so a write can never land after a takeover.
+The copy that finds the number moved raises `Superseded`: it stops before its next write or
+model call, writes nothing more, and its task traces `superseded`. The epoch lives beside
+the files it guards (a broker that lost its data cannot reset it), and `flock` holds across
+threads, processes and, on NFS, machines.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from workers.errors import Superseded
+from workers.fence import Fence
+
+FOLDER = "fences"
+
+
+def path(run_dir: Path, name: str) -> Path:
+    """The epoch file of a ticket (its id) or of a whole-run step (`_route`, ...)."""
+    return run_dir / FOLDER / name
+
+
+@contextlib.contextmanager
+def _locked(file: Path) -> Iterator[int]:
+    """An exclusive flock of `file` (created if absent); yields its descriptor."""
+    try:
+        fd = os.open(file, os.O_RDWR | os.O_CREAT, 0o644)
+    except FileNotFoundError:
+        file.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(file, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield fd
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
+
+
+def _epoch(fd: int) -> int:
+    raw = os.pread(fd, 32, 0).strip()
+    return int(raw) if raw else 0
+
+
+def _bump(fd: int) -> int:
+    """The next epoch, written (durably: a takeover must survive a crash) and returned."""
+    epoch = _epoch(fd) + 1
+    os.pwrite(fd, f"{epoch}\n".encode(), 0)  # numbers only grow: nothing to truncate
+    os.fsync(fd)
+    return epoch
+
+
+class EpochFence(Fence):
+    """One delivery's hold on a ticket's (or a whole-run step's) files."""
+
+    def __init__(self, file: Path, epoch: int) -> None:
+        self.file, self.epoch = file, epoch
+
+    @classmethod
+    def take(cls, file: Path) -> EpochFence:
+        """Take a new epoch, superseding every earlier copy."""
+        with _locked(file) as fd:
+            return cls(file, _bump(fd))
+
+    @classmethod
+    def take_if(cls, file: Path, may_take: Callable[[], bool]) -> EpochFence | None:
+        """`take`, unless `may_take()`, asked under the lock, says the work is no longer
+        there to do (then None, and nothing changes)."""
+        with _locked(file) as fd:
+            return cls(file, _bump(fd)) if may_take() else None
+
+    def newest(self) -> int:
+        """The epoch of the newest copy (read without the lock: for a check, not a write)."""
+        try:
+            return int(self.file.read_bytes().strip() or 0)
+        except FileNotFoundError:
+            return 0
+
+    def check(self) -> None:
+        """`Superseded` if a newer copy took over (before paying for a model call)."""
+        if (newest := self.newest()) != self.epoch:
+            raise self._superseded(newest)
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        """The body runs under the lock, only while this copy's epoch is the newest."""
+        with _locked(self.file) as fd:
+            if (newest := _epoch(fd)) != self.epoch:
+                raise self._superseded(newest)
+            yield
+
+    def _superseded(self, newest: int) -> Superseded:
+        return Superseded(
+            f"{self.file.name}: epoch {self.epoch} was superseded by epoch {newest}",
+            self.epoch,
+            newest,
+        )
