@@ -53,8 +53,8 @@ def progress(record: RunRecord) -> list[str]:
 def _routes(record: RunRecord) -> str:
     """Each ticket's category, or, for many tickets, how many went to each category."""
     if len(record.tickets) <= LIST_AT_MOST:
-        return "  ".join(f"{i}={t.category}" for i, t in record.tickets.items())
-    counts = Counter(t.category for t in record.tickets.values())
+        return "  ".join(f"{i}={t.category or t.stop}" for i, t in record.tickets.items())
+    counts = Counter(t.category or t.stop for t in record.tickets.values())
     return f"{len(record.tickets)} tickets: " + "  ".join(f"{c}={n}" for c, n in counts.items())
 
 

@@ -59,16 +59,71 @@ class Context:
         return self.store.ticket_path(ticket_id).read_text(encoding="utf-8")
 
 
+UNROUTED = "unrouted"  # the stop of a ticket the router named no category for, twice
+
+
 def route(ctx: Context) -> list[str]:
     """One model call classifies every claimed ticket; labels outside the list become other.
-    Returns the tickets drafting should take."""
+    Tickets the reply did not name are asked about once more; those still not named need a
+    human (stop `unrouted`). Returns the tickets drafting should take."""
     if _done(ctx, "route"):
         return [i for i, t in ctx.store.tickets().items() if t.status is TicketStatus.ROUTED]
     ids = ctx.store.ticket_ids()
     trace = ctx.tracer("route")
     _open(ctx, "route", trace)
     config = ctx.meta.config
-    result = run_agent(
+    result = _ask_router(ctx, ids, "route", trace)
+    if not result.ok:
+        again = (
+            "resume retries it"
+            if result.retryable
+            else "fix it, then resume with --retry-failed all"
+        )
+        raise RouteFailed(f"the router did not answer: {result.error} ({again})")
+    decisions = _decide_routes(result.text or "", ids, ids, config.categories, trace)
+    usage = result.usage
+    if missing := [i for i, d in decisions.items() if d.how == "missing"]:
+        second = _ask_router(ctx, missing, "route-again", trace)
+        usage = usage + second.usage
+        if not second.ok and second.retryable:  # resume asks again (the first is paid)
+            raise RouteFailed(
+                f"the router did not answer again: {second.error} (resume retries it)"
+            )
+        if second.ok:
+            found = _decide_routes(second.text or "", ids, missing, config.categories, trace)
+            decisions |= {i: d for i, d in found.items() if d.how != "missing"}
+    tickets = ctx.store.tickets()
+    for ticket_id, decision in decisions.items():
+        _routed(tickets[ticket_id], decision)
+    ctx.store.save_tickets(tickets)
+    for ticket_id, ticket in tickets.items():
+        if ticket.stop == UNROUTED:
+            trace.emit(UNROUTED, ticket=ticket_id, error=ticket.error)
+            trace.emit("verdict", ticket=ticket_id, stop=UNROUTED, status=ticket.status.value)
+        else:
+            trace.emit("routed", ticket=ticket_id, category=ticket.category)
+    _close(ctx, "route", trace, usage)
+    if config.stop_after == "route":
+        stop_early(ctx.store, tickets)
+        return []
+    ctx.store.materialise(tickets)
+    return [i for i, t in tickets.items() if t.status is TicketStatus.ROUTED]
+
+
+def _routed(ticket: TicketRecord, decision: routing.Decision) -> None:
+    """Record how the ticket was routed: its category, or, if it has none, a person."""
+    ticket.routing, ticket.routed_as = decision.how, decision.raw
+    if decision.category is None:
+        ticket.status, ticket.stop = TicketStatus.NEEDS_HUMAN, UNROUTED
+        ticket.error = "the router named no category for it, asked twice"
+    else:
+        ticket.category, ticket.status = decision.category, TicketStatus.ROUTED
+
+
+def _ask_router(ctx: Context, ids: list[str], step: str, trace: Tracer) -> AgentResult:
+    """One routing call about `ids` (its agent state: `_router.<step>`)."""
+    config = ctx.meta.config
+    return run_agent(
         prompts.ROUTER.format(categories=", ".join(config.categories)),
         prompts.router_input(
             [(i, inbox.route_text(ctx.ticket_text(i), config.route_chars)) for i in ids]
@@ -77,53 +132,33 @@ def route(ctx: Context) -> list[str]:
         config,
         ctx.llm,
         trace,
-        ctx.store.agent_path(ROUTER, "route"),
+        ctx.store.agent_path(ROUTER, step),
         ctx.cancel,
         role="router",
         fence=ctx.store.fence,
     )
-    if not result.ok:
-        again = (
-            "resume retries it"
-            if result.retryable
-            else "fix it, then resume with --retry-failed all"
-        )
-        raise RouteFailed(f"the router did not answer: {result.error} ({again})")
-    decisions = _decide_routes(result.text or "", ids, config.categories, trace)
-    categories = {i: d.category for i, d in decisions.items()}
-    tickets = ctx.store.tickets()
-    for ticket_id, decision in decisions.items():
-        ticket = tickets[ticket_id]
-        ticket.category, ticket.status = decision.category, TicketStatus.ROUTED
-        ticket.routing, ticket.routed_as = decision.how, decision.raw
-    ctx.store.save_tickets(tickets)
-    for ticket_id, category in categories.items():
-        trace.emit("routed", ticket=ticket_id, category=category)
-    _close(ctx, "route", trace, result.usage)
-    if config.stop_after == "route":
-        stop_early(ctx.store, tickets)
-        return []
-    ctx.store.materialise(tickets)
-    return list(categories)
 
 
 def _parse_routes(text: str, ids: list[str], allowed: list[str], trace: Tracer) -> dict[str, str]:
     """Claimed id -> category from the router's reply; how each was decided is traced."""
-    return {i: d.category for i, d in _decide_routes(text, ids, allowed, trace).items()}
+    decisions = _decide_routes(text, ids, ids, allowed, trace)
+    return {i: d.category or "" for i, d in decisions.items()}
 
 
 def _decide_routes(
-    text: str, ids: list[str], allowed: list[str], trace: Tracer
+    text: str, ids: list[str], asked: list[str], allowed: list[str], trace: Tracer
 ) -> dict[str, routing.Decision]:
+    """The decisions about `asked` (of the run's claimed `ids`), each traced."""
     routes = routing.parse(text, ids, allowed)
-    for ticket_id, decision in routes.decisions.items():
+    decisions = {i: routes.decisions[i] for i in asked}
+    for ticket_id, decision in decisions.items():
         if decision.how == "clamped":
             trace.emit("clamped", ticket=ticket_id, raw=decision.raw, category=decision.category)
         elif decision.how == "missing":
-            trace.emit("route_missing", ticket=ticket_id, category=decision.category)
+            trace.emit("route_missing", ticket=ticket_id)
     if routes.unclaimed:
         trace.emit("unclaimed", tickets=routes.unclaimed)
-    return routes.decisions
+    return decisions
 
 
 def draft(ctx: Context, ticket_id: str) -> str:

@@ -72,7 +72,8 @@ def ticket_table(record: RunRecord) -> list[str]:
     ]
     for ticket_id, t in record.tickets.items():
         spent = t.draft + t.review
-        cells = [ticket_id, t.category, t.handler, t.gate_rounds, t.stop or "-", t.status.value]
+        cells = [ticket_id, t.category or "-", t.handler or "-", t.gate_rounds, t.stop or "-"]
+        cells.append(t.status.value)
         lines.append(_row([*cells, _usd(spent.cost_usd, spent.estimated)], widths))
     return lines
 
@@ -89,12 +90,10 @@ def render(record: RunRecord) -> str:
         lines.append(f"  - {ticket_id} ({t.stop or t.status.value}): {detail or t.one_line}")
         if t.gate_reports:
             lines.append(f"      gate: {t.gate_reports[-1]}")
-    guessed = [(i, t) for i, t in record.tickets.items() if t.routing in ("clamped", "missing")]
-    if guessed:
-        lines.append(f"routed to {OTHER} for want of a category: {len(guessed)}")
-        for ticket_id, t in guessed:
-            why = f"the router said {t.routed_as!r}" if t.routing == "clamped" else "not named"
-            lines.append(f"  - {ticket_id}: {why}")
+    clamped = [(i, t) for i, t in record.tickets.items() if t.routing == "clamped"]
+    if clamped:
+        lines.append(f"routed to {OTHER} for want of a category: {len(clamped)}")
+        lines += [f"  - {i}: the router said {t.routed_as!r}" for i, t in clamped]
     if record.rejected:
         lines.append(f"quarantine/: {len(record.rejected)} files that are not tickets")
         lines += [f"  - {r.file}: {r.reason}" for r in record.rejected]

@@ -8,7 +8,8 @@ ids count. Every ticket records how its category was decided:
 
     matched   the router named an allowed category
     clamped   the router named something else (kept as `raw`); the ticket becomes other
-    missing   the router named no category for it; the ticket becomes other
+    missing   the router named no category for it (no category): it is asked about once
+              more, and if still missing needs a human (stop `unrouted`), never a template
 
 Ids the router named that this run did not claim are reported once, as `unclaimed`.
 """
@@ -30,7 +31,7 @@ _TRAILING = ".,;:!"
 class Decision:
     """One ticket's category and how it was decided."""
 
-    category: str
+    category: str | None  # None: missing
     how: str  # matched, clamped or missing
     raw: str | None = None
 
@@ -63,7 +64,7 @@ def parse(text: str, claimed: list[str], allowed: list[str]) -> Routes:
     for ticket_id in claimed:
         raw = named.get(ticket_id)
         if raw is None:
-            decisions[ticket_id] = Decision(OTHER, "missing")
+            decisions[ticket_id] = Decision(None, "missing")
         elif raw.lower() in allowed_by_lower:
             decisions[ticket_id] = Decision(allowed_by_lower[raw.lower()], "matched")
         else:
