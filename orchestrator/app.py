@@ -9,8 +9,9 @@ from typing import Any
 
 from celery import Celery
 
+from orchestrator.errors import ConfigError
 from orchestrator.settings import GraphSettings
-from orchestrator.transport import connection_args
+from orchestrator.transport import broker_url_problem, connection_args, shown
 from workers.settings import HarnessSettings
 
 app = Celery("ticketgraph", include=["orchestrator.tasks"])
@@ -26,7 +27,10 @@ log = logging.getLogger(__name__)
 
 
 def configure(broker_url: str, settings: GraphSettings, llm: HarnessSettings) -> Celery:
-    """Point the app at a broker and set the delivery guarantees every run relies on."""
+    """Point the app at a broker and set the delivery guarantees every run relies on;
+    `ConfigError` (one sentence) for a URL that is not a Redis broker's."""
+    if (problem := broker_url_problem(broker_url)) is not None:
+        raise ConfigError(f"the broker URL {shown(broker_url)!r}: {problem}")
     for name in CELERY_BROKER_VARIABLES:
         if os.environ.pop(name, broker_url) != broker_url:
             log.warning("%s ignored: ticketgraph uses TICKETGRAPH_BROKER_URL or --broker", name)

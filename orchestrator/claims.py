@@ -81,7 +81,12 @@ def names_of(store: RunStore, ticket_ids: list[str]) -> list[str]:
         return claimed_names(store)
     names = []
     for ticket_id in ticket_ids:
-        if not store.record_path(ticket_id).exists():
+        if store.record_path(ticket_id).exists():
+            names.append(Path(store.ticket(ticket_id).source).name)
+            continue
+        # Its record was lost (a damaged run folder): the claimed file named after it.
+        same = [n for n in claimed_names(store) if Path(n).stem == ticket_id]
+        if not same:
             raise UsageError(f"run {store.run_id} has no ticket {ticket_id!r}")
-        names.append(Path(store.ticket(ticket_id).source).name)
+        names += same
     return names

@@ -61,6 +61,17 @@ def _positive(text: str) -> int:
     return value
 
 
+def _seconds(text: str) -> float:
+    """A number of seconds above 0 (a flag's type)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text} is not above 0 seconds")
+    return value
+
+
 def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -139,7 +150,7 @@ def _graph_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--broker", help="Redis URL (default: TICKETGRAPH_BROKER_URL, else embedded)")
     p.add_argument(
         "--timeout",
-        type=float,
+        type=_seconds,
         help="seconds to wait for the verdict (default 3600); then the run stops (exit 2, "
         "resumable) and what it queued does nothing",
     )
@@ -515,6 +526,7 @@ def _worker(args: argparse.Namespace) -> int:
 
     from orchestrator import fleet
     from orchestrator.app import configure
+    from orchestrator.errors import ConfigError
     from orchestrator.settings import GraphSettings
     from workers.settings import HarnessSettings, SettingsError, load
 
@@ -534,7 +546,10 @@ def _worker(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return ExitCode.CONFIG
-    celery_app = configure(broker, settings, llm)
+    try:
+        celery_app = configure(broker, settings, llm)
+    except ConfigError as exc:
+        return _failed("worker", exc)
     name = (args.hostname or "ticketgraph").split("@", 1)[0]
     processes = args.processes or os.cpu_count() or 1
     return fleet.serve(celery_app, name, processes, args.threads, args.loglevel.upper())

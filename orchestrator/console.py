@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from orchestrator.exit_codes import ExitCode
 from orchestrator.progress import Tally, TraceTail
-from orchestrator.records import FAILED_STOPS, RunPhase, RunRecord, TicketStatus
+from orchestrator.records import FAILED_STOPS, RunPhase, RunRecord
 from orchestrator.runstate import RunStore
 
 Mode = Literal["live", "lines", "quiet"]
@@ -155,10 +155,12 @@ def outcome(store: RunStore, record: RunRecord) -> str:
     if record.status is RunPhase.DONE and store.report_path.exists():
         return store.report_path.read_text(encoding="utf-8")
     if record.status is RunPhase.STOPPED:
-        drafted = sum(t.status is TicketStatus.DRAFTED for t in record.tickets.values())
-        why = record.error or "stopped after merge"
+        stop = record.config.stop_after
+        why = record.error or (f"stopped after {stop}" if stop else "stopped early")
+        counts = Counter(t.status.value for t in record.tickets.values())
+        where = ", ".join(f"{n} {status}" for status, n in sorted(counts.items())) or "no tickets"
         return (
-            f"[stop] {why}: {drafted} tickets drafted, no verdict in this run.\n"
+            f"[stop] {why}: {where}; no verdict in this run.\n"
             f"Resume with: ticketgraph resume {record.run_id}\n"
         )
     if record.status is RunPhase.RUNNING:

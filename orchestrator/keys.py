@@ -64,7 +64,7 @@ def client(broker_url: str) -> redis.Redis:
 
 def redis_py_url(broker_url: str) -> str:
     """The redis-py form of a Celery broker URL (`redis+socket://` and `socket://` become
-    `unix://`)."""
+    `unix://`; `redis://`, `rediss://` and `unix://` are redis-py's own)."""
     if not broker_url.startswith(("redis+socket://", "socket://")):
         return broker_url
     parts = urlsplit(broker_url)

@@ -6,7 +6,8 @@ worker tasks of a distributed run touch it as they finish tickets. The lease is 
 
 - its holder is a process on this host that still exists, or
 - it was renewed or touched within TTL_S (a holder on another host; or a distributed run
-  whose command died while its workers go on).
+  whose command died while its workers go on) and the run is not finished: nobody works on
+  a finished run, so `resume` of one reports its verdict at once.
 
 An embedded run's workers die with its command, so there only the holder counts: `resume`
 right after a `kill -9` takes over at once.
@@ -23,7 +24,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ValidationError
 
-from orchestrator.errors import RunBusy
+from orchestrator import process
+from orchestrator.errors import RunBusy, RunStateError
+from orchestrator.records import RunPhase
 from orchestrator.runstate import RunStore
 from workers import atomic
 
@@ -56,11 +59,17 @@ def holder(store: RunStore) -> Holder | None:
         age = time.time() - lease.stat().st_mtime
     except (FileNotFoundError, ValidationError, ValueError):
         return None
-    if current.host != socket.gethostname():
-        return current if age < TTL_S else None
-    if _alive(current.pid, current.pid_started):
+    if current.host == socket.gethostname() and process.alive(current.pid, current.pid_started):
         return current
-    return current if current.mode == "distributed" and age < TTL_S else None
+    recent = age < TTL_S and (current.host != socket.gethostname() or current.mode == "distributed")
+    return current if recent and not _finished(store) else None
+
+
+def _finished(store: RunStore) -> bool:
+    try:
+        return store.meta().status is RunPhase.DONE
+    except RunStateError:
+        return False
 
 
 class Lease:
@@ -88,7 +97,10 @@ def acquire(store: RunStore, mode: Mode) -> Lease:
     if current is not None and not is_me(current):
         raise RunBusy(busy_message(store, current))
     me = Holder(
-        host=socket.gethostname(), pid=os.getpid(), pid_started=_started(os.getpid()), mode=mode
+        host=socket.gethostname(),
+        pid=os.getpid(),
+        pid_started=process.started(os.getpid()),
+        mode=mode,
     )
     atomic.write_text(path(store), me.model_dump_json())
     return Lease(store)
@@ -124,17 +136,3 @@ def busy_message(store: RunStore, current: Holder) -> str:
         f"run {store.run_id} is being worked on by PID {current.pid} on {current.host} "
         f"({current.mode}); try again later, or `ticketgraph resume {store.run_id} --wait`"
     )
-
-
-def _alive(pid: int, started: str) -> bool:
-    """True if `pid` is a live process that started when the holder did."""
-    return _started(pid) == started != ""
-
-
-def _started(pid: int) -> str:
-    """The process's start time in clock ticks since boot ('' if it does not exist)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return ""
-    return stat.rsplit(")", 1)[1].split()[19]  # field 22 counts from after the name

@@ -508,6 +508,8 @@ def record_crash(store: RunStore, exc: BaseException) -> int:
         store.tracer(node="run").emit("run_crashed", error=error)
         store.materialise()
     except OSError as unwritable:
+        if isinstance(exc, RunStorageError):  # already the story of a crash left unrecorded
+            raise exc from unwritable
         raise RunStorageError(
             f"{error} (and the crash could not be recorded: {crash_text(unwritable)})"
         ) from exc

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ctypes
 import importlib.util
+import os
 import shutil
 import signal
 import socket
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import redis
 
+from orchestrator import process
 from orchestrator.errors import BrokerError
 
 START_TIMEOUT_S = 10.0
@@ -49,8 +51,11 @@ class RedisServer:
         self.port = free_port() if tcp else None
         # Persistence is for tests of a broker restart; an embedded run keeps nothing.
         self.appendonly = appendonly
-        # Unix socket paths are limited to ~100 bytes, so the folder is short and in /tmp.
-        self.dir = Path(tempfile.mkdtemp(prefix="tg-redis-"))
+        # Unix socket paths are limited to ~100 bytes, so the folder is short and in /tmp. It
+        # names its owner: a later server removes the folders of owners killed with -9.
+        sweep_orphans()
+        self.dir = Path(tempfile.mkdtemp(prefix=FOLDER_PREFIX))
+        (self.dir / OWNER_FILE).write_text(process.me())
         self.socket = self.dir / "redis.sock"
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -153,6 +158,28 @@ class RedisServer:
 
     def __exit__(self, *_exc: object) -> None:
         self.stop()
+
+
+FOLDER_PREFIX = "tg-redis-"
+OWNER_FILE = "owner"
+
+
+def sweep_orphans() -> list[Path]:
+    """Remove the folders of private Redis servers whose owner died without cleaning up
+    (a `kill -9` of its command: the server dies with it, its folder stays); return them.
+    A folder without an owner file, or another user's, is left alone."""
+    removed = []
+    for folder in Path(tempfile.gettempdir()).glob(f"{FOLDER_PREFIX}*"):
+        try:
+            if folder.stat().st_uid != os.getuid():
+                continue
+            owner = (folder / OWNER_FILE).read_text()
+        except OSError:
+            continue
+        if not process.alive_at(owner):
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+    return removed
 
 
 def free_port() -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from orchestrator.records import FAILED_STOPS, RunRecord, TicketStatus
+from orchestrator.records import FAILED_STOPS, NodeRecord, RunPhase, RunRecord, TicketStatus
 from orchestrator.routing import OTHER
 
 NODE_ORDER = ("route", "fanout", "merge", "review")
@@ -42,13 +42,21 @@ def node_table(record: RunRecord) -> list[str]:
             continue
         rounds = node.rounds if node.rounds is not None else "-"
         cost = _usd(node.cost_usd, node.estimated)
+        status = _node_status(record, node)
         lines.append(
-            _row([name, f"{node.ms}ms", node.calls, node.tokens, rounds, node.status, cost], widths)
+            _row([name, f"{node.ms}ms", node.calls, node.tokens, rounds, status, cost], widths)
         )
     total = sum(n.cost_usd for n in record.nodes.values())
     estimated = sum(n.estimated for n in record.nodes.values())
     lines.append(f"Cost of the run: {_usd(total, estimated)}" + _estimated_note(estimated))
     return lines
+
+
+def _node_status(record: RunRecord, node: NodeRecord) -> str:
+    """A node's status; one left open by a run that is no longer running stopped with it."""
+    if node.done or record.status is RunPhase.RUNNING:
+        return node.status
+    return "crashed" if record.status is RunPhase.CRASHED else "stopped"
 
 
 def _usd(amount: float, estimated: int = 0) -> str:

@@ -70,6 +70,7 @@ def start(workspace: Workspace, settings: GraphSettings) -> RunStore | None:
     """Claim what inbox/ holds into a new run and write the run's first records; None if
     there was nothing to claim (no run folder is left behind)."""
     llm = HarnessSettings()
+    workspace.check_folders()
     effective = config.load(workspace, settings, llm)
     run_config = config.run_config(workspace, effective, settings, llm)  # before claiming
     limits = inbox.InboxLimits(**effective.inbox.model_dump())
@@ -212,6 +213,7 @@ def _execute_held(
     end: Event | None = None
     try:
         workspace = Workspace(Path(meta.workspace))
+        workspace.check_folders()
         check_writable(store.dir, workspace.out)  # before anything is paid for
         if not store.ticket_ids():
             _finish_empty(store)

@@ -161,8 +161,19 @@ class RunStore:
     # --- tickets ---------------------------------------------------------------------------
 
     def ticket(self, ticket_id: str) -> TicketRecord:
-        """One ticket's record."""
-        return _load(TicketRecord, self.record_path(ticket_id))
+        """One ticket's record; `RunStateError` naming the ticket and the file if it is gone
+        (the run folder was damaged: the run must not go on as if it had fewer tickets)."""
+        path = self.record_path(ticket_id)
+        try:
+            return _load(TicketRecord, path)
+        except RunStateError:
+            if path.exists():
+                raise
+            raise RunStateError(
+                f"the record of ticket {ticket_id} is missing: {path} (the run folder was "
+                f"damaged; restore the file, or `ticketgraph requeue {self.run_id} "
+                f"{ticket_id}` to run it again in a new run)"
+            ) from None
 
     def save_ticket(self, ticket_id: str, record: TicketRecord) -> None:
         """Write one ticket's record (its holder is the only writer)."""
@@ -173,10 +184,10 @@ class RunStore:
         self.write_many((self.record_path(i), r.model_dump_json()) for i, r in records.items())
 
     def ticket_ids(self) -> list[str]:
-        """Every ticket of the run, sorted."""
-        folder = self.dir / "records"
-        names = os.listdir(folder) if folder.is_dir() else []
-        return sorted(n[: -len(".json")] for n in names if n.endswith(".json"))
+        """Every ticket of the run, sorted: those it claimed (their texts) and those with a
+        record, so a file lost from either folder is found, not a ticket quietly dropped."""
+        claimed = _names(self.dir / "tickets", ".txt")
+        return sorted(claimed | _names(self.dir / "records", ".json"))
 
     def tickets(self) -> dict[str, TicketRecord]:
         """Every ticket's record, by id (reads one file per ticket: for single-writer steps)."""
@@ -254,14 +265,30 @@ class RunStore:
         return _load(RunRecord, self.state_path)
 
 
+def _names(folder: Path, suffix: str) -> set[str]:
+    """The stems of `folder`'s files ending in `suffix` (none if there is no folder)."""
+    names = os.listdir(folder) if folder.is_dir() else []
+    return {n[: -len(suffix)] for n in names if n.endswith(suffix) and not n.startswith(".")}
+
+
 def _load(model: type[M], path: Path) -> M:
     """A record file parsed as `model`; `RunStateError` if missing or corrupt."""
     try:
         return model.model_validate(json.loads(path.read_bytes()))
     except FileNotFoundError as exc:
         raise RunStateError(f"no run state at {path}") from exc
-    except (ValueError, ValidationError) as exc:
-        raise RunStateError(f"corrupt run state at {path}: {exc}") from exc
+    except ValidationError as exc:  # before ValueError: it is one, with many lines
+        raise RunStateError(f"corrupt run state at {path}: {_first_error(exc)}") from None
+    except ValueError as exc:
+        raise RunStateError(f"corrupt run state at {path}: not JSON ({exc})") from None
+
+
+def _first_error(exc: ValidationError) -> str:
+    """A validation error in one line: where, what, and how many more."""
+    errors = exc.errors()
+    where = ".".join(map(str, errors[0]["loc"])) or "the file"
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return f"{where}: {errors[0]['msg']}{more}"
 
 
 def link_latest(workspace_root: Path, store: RunStore) -> None:

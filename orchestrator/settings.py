@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import AliasChoices, Field, model_validator
+from pydantic import AliasChoices, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from orchestrator.transport import broker_url_problem
 
 StopAfter = Literal["route", "merge"]
 
@@ -44,14 +46,24 @@ class GraphSettings(BaseSettings):
     processes: int | None = Field(
         default=None, ge=1, description="embedded worker processes (default: one per core)"
     )
-    run_timeout_s: float = Field(default=3600, description="how long `run` waits for a verdict")
+    run_timeout_s: float = Field(
+        default=3600, gt=0, description="how long `run` waits for a verdict"
+    )
+
+    @field_validator("broker_url")
+    @classmethod
+    def _a_redis_url(cls, url: str | None) -> str | None:
+        if url is not None and (problem := broker_url_problem(url)) is not None:
+            raise ValueError(problem)
+        return url
 
     @model_validator(mode="after")
     def _soft_below_hard(self) -> GraphSettings:
         if not self.soft_time_limit_s < self.time_limit_s:
             raise ValueError(
-                "need soft_time_limit_s < time_limit_s, got "
-                f"{self.soft_time_limit_s}, {self.time_limit_s}"
+                f"TICKETGRAPH_SOFT_TIME_LIMIT_S ({self.soft_time_limit_s}) must be less than "
+                f"TICKETGRAPH_TIME_LIMIT_S ({self.time_limit_s}): the soft limit cancels the "
+                "agent, the hard one replaces its process"
             )
         return self
 

@@ -10,8 +10,10 @@ one per channel serves every publish. Polling keeps its own client, as before.
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 from kombu.transport import redis as kombu_redis
+from kombu.utils.url import maybe_sanitize_url
 
 TCP = "orchestrator.transport:Transport"
 SOCKET = "orchestrator.transport:SocketTransport"
@@ -44,14 +46,42 @@ class SocketTransport(Transport):
     can_parse_url = True
 
 
-def connection_args(broker_url: str) -> tuple[str, str | None]:
-    """(URL, transport) for Celery: Redis URLs get this transport, anything else stock kombu.
+# The broker URLs ticketgraph works with: Redis over TCP, over TLS, or over a unix socket.
+SCHEMES = ("redis", "rediss", "unix", "redis+socket")
 
-    `redis+socket:///path` becomes `socket:///path`, the form kombu's Redis channel reads
-    when the transport is named explicitly rather than by the URL's scheme.
+
+def broker_url_problem(broker_url: str) -> str | None:
+    """Why `broker_url` cannot be ticketgraph's broker (a phrase to follow the URL), or
+    None if it can. Every way in (the environment, --broker, Celery's own flag) asks here."""
+    parts = urlsplit(broker_url)
+    if parts.scheme not in SCHEMES:
+        return (
+            "not a Redis URL (use redis://HOST:PORT/DB, rediss:// for TLS, or "
+            "unix:///path/to/redis.sock)"
+        )
+    if parts.scheme in ("unix", "redis+socket") and not parts.path:
+        return "names no socket path (e.g. unix:///run/redis/redis.sock)"
+    return None
+
+
+def shown(broker_url: str) -> str:
+    """The URL with its password masked, for messages."""
+    return str(maybe_sanitize_url(broker_url))
+
+
+def connection_args(broker_url: str) -> tuple[str, str | None]:
+    """(URL, transport) for Celery: Redis URLs get this transport, `rediss://` stock kombu's.
+
+    `redis+socket:///path` and `unix:///path?db=N` become `socket:///path`, the form
+    kombu's Redis channel reads when the transport is named explicitly rather than by the
+    URL's scheme (the database as `virtual_host`).
     """
     if broker_url.startswith("redis+socket://"):
         return "socket://" + broker_url[len("redis+socket://") :], SOCKET
+    if broker_url.startswith("unix://"):
+        parts = urlsplit(broker_url)
+        db = parse_qs(parts.query).get("db", ["0"])[0]
+        return f"socket://{parts.path}?virtual_host={db}", SOCKET
     if broker_url.startswith("redis://"):
         return broker_url, TCP
     return broker_url, None

@@ -202,6 +202,20 @@ class Workspace:
         """Scripted-provider scenarios used when no LLM_BASE_URL is set."""
         return self.root / DEMO_SCENARIOS
 
+    def check_folders(self) -> None:
+        """`ConfigError` if out/, runs/ or quarantine/ exists but is not a folder (checked
+        before anything is claimed: a run could not record its work there)."""
+        for folder, holds in (
+            (self.out, "replies"),
+            (self.runs, "runs"),
+            (self.quarantine, "quarantined files"),
+        ):
+            if folder.exists() and not folder.is_dir():
+                raise ConfigError(
+                    f"{folder.absolute()} is not a folder (ticketgraph keeps its {holds} "
+                    "there): move it out of the way"
+                )
+
     def config(self) -> WorkspaceConfig:
         """The workspace config; defaults when there is no ticketgraph.toml; `ConfigError`
         naming the key when a value is unknown or out of range."""

@@ -5,8 +5,9 @@ from __future__ import annotations
 import difflib
 import os
 from typing import Literal, TypeVar
+from urllib.parse import urlsplit
 
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from workers.pricing import PriceTable
@@ -40,6 +41,19 @@ class HarnessSettings(BaseSettings):
     max_tokens: int | None = Field(default=None, ge=1)
     temperature: float | None = Field(default=None, ge=0, le=2)
     token_param: Literal["max_tokens", "max_completion_tokens"] = "max_tokens"
+
+    @field_validator("base_url")
+    @classmethod
+    def _an_http_url(cls, url: str | None) -> str | None:
+        if url is None:
+            return None
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(
+                "must be an http:// or https:// URL of the model API, "
+                "e.g. https://api.openai.com/v1 or http://127.0.0.1:8400/v1"
+            )
+        return url
 
 
 S = TypeVar("S", bound=BaseSettings)
@@ -89,14 +103,27 @@ def describe(exc: ValidationError, prefix: str, cls: type[BaseSettings] | None =
     an alias of)."""
     parts = []
     for error in exc.errors():
-        field = str(error["loc"][0]) if error["loc"] else ""
+        message = str(error["msg"]).removeprefix("Value error, ")
+        if not error["loc"]:  # a rule over several variables: its message names them
+            parts.append(message)
+            continue
+        field = str(error["loc"][0])
         name = field if field.isupper() else f"{prefix}{field}".upper()
         name = _written(name, cls)
         value = error.get("input")
-        shown = f"={value!r}" if isinstance(value, str | int | float) else ""
-        message = str(error["msg"]).removeprefix("Value error, ")
+        shown = f"={_masked(value)!r}" if isinstance(value, str | int | float) else ""
         parts.append(f"{name}{shown}: {message}")
     return "; ".join(parts)
+
+
+def _masked(value: str | int | float) -> str | int | float:
+    """A URL's password as `**`: an error message must not print a secret."""
+    if not isinstance(value, str) or "://" not in value:
+        return value
+    parts = urlsplit(value)
+    if parts.password is None:
+        return value
+    return value.replace(f":{parts.password}@", ":**@", 1)
 
 
 def _written(name: str, cls: type[BaseSettings] | None) -> str:

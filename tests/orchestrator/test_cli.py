@@ -8,7 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.orchestrator.conftest import Cli, drop, settled, state
+from tests.orchestrator.conftest import (
+    Cli,
+    demo_scripts,
+    drop,
+    settled,
+    state,
+    variant,
+    write_scenarios,
+)
 
 COMMANDS = ["init", "run", "resume", "requeue", "status", "worker", "harness", "provider"]
 
@@ -137,6 +145,11 @@ def test_requeue_puts_a_runs_tickets_back(cli: Cli, demo: Path) -> None:
         ("TICKETGRAPH_POOL_SIZE", "0"),
         ("POOL_SIZE", "abc"),  # the short alias: named as written, not as TICKETGRAPH_...
         ("TICKETGRAPH_BROKER_OUTAGE_S", "soon"),
+        ("TICKETGRAPH_BROKER_URL", "amqpx://127.0.0.1:5672//"),  # not a Redis URL
+        ("TICKETGRAPH_BROKER_URL", "unix://"),  # no socket path
+        ("LLM_BASE_URL", "not-a-url"),
+        ("LLM_BASE_URL", "ftp://models.example/v1"),
+        ("TICKETGRAPH_RUN_TIMEOUT_S", "0"),
     ],
 )
 def test_a_bad_setting_is_one_sentence_naming_it_before_anything_is_claimed(
@@ -183,6 +196,8 @@ def test_the_harness_charges_llm_prices(demo: Path, cli: Cli) -> None:
         ["frobnicate"],
         [],
         ["worker", "--threads", "0"],
+        ["run", "--timeout", "-5"],
+        ["run", "--timeout", "0"],
     ],
 )
 def test_usage_errors_exit_64_with_one_message_and_create_nothing(
@@ -331,3 +346,74 @@ def test_the_environment_wins_over_a_roles_own_table(cli: Cli, demo: Path) -> No
 
     assert router_model() == "router-x"
     assert router_model({"LLM_MODEL": "small-1"}) == "small-1"
+
+
+def test_a_broker_flag_that_is_not_a_redis_url_is_refused_before_anything_is_claimed(
+    cli: Cli, demo: Path
+) -> None:
+    for command in (["run"], ["worker"], ["flower", "--no-auth"]):
+        done = cli(
+            *command,
+            "--broker",
+            "amqpx://ops:s3cret@127.0.0.1:5672//",
+            cwd=demo,
+            env={"LLM_BASE_URL": "http://127.0.0.1:9/v1"},
+        )
+        assert done.returncode == 78, done.stderr
+        assert done.stderr.count("\n") == 1 and "not a Redis URL" in done.stderr, done.stderr
+        assert "s3cret" not in done.stderr and "Traceback" not in done.stderr
+    assert len(list((demo / "inbox").iterdir())) == 6
+
+
+def test_time_limits_that_cannot_work_are_named_as_set(cli: Cli, demo: Path) -> None:
+    done = cli("run", cwd=demo, env={"TICKETGRAPH_SOFT_TIME_LIMIT_S": "700"})
+    assert done.returncode == 78
+    assert (
+        "TICKETGRAPH_SOFT_TIME_LIMIT_S (700) must be less than TICKETGRAPH_TIME_LIMIT_S (660)"
+        in done.stderr
+    ), done.stderr
+
+
+@pytest.mark.parametrize("folder", ["out", "runs", "quarantine"])
+def test_a_workspace_folder_that_is_a_file_is_refused_before_anything_is_claimed(
+    cli: Cli, demo: Path, folder: str
+) -> None:
+    path = demo / folder
+    if path.is_dir():
+        path.rmdir()
+    path.write_text("not a folder")
+    done = cli("run", cwd=demo)
+    assert done.returncode == 78, done.stdout + done.stderr
+    assert f"{path} is not a folder" in done.stderr and done.stderr.count("\n") == 1
+    assert len(list((demo / "inbox").iterdir())) == 6  # nothing claimed, nothing paid
+
+
+def test_a_run_stopped_after_routing_says_so(cli: Cli, demo: Path) -> None:
+    done = cli("run", cwd=demo, env={"STOP_AFTER": "route"})
+    assert done.returncode == 2, done.stderr
+    assert "[stop] stopped after route: 6 routed; no verdict in this run." in done.stdout
+    status = cli("status", cwd=demo)
+    assert "route" in status.stdout and "running" not in status.stdout
+
+
+def test_a_node_left_open_by_a_stopped_run_shows_stopped(cli: Cli, demo: Path) -> None:
+    """--timeout stops the run while it drafts: the fanout node never closed, and status
+    shows it stopped, not running."""
+    slow = variant(demo_scripts(), "T-1001#1", latency_ms=3000)
+    write_scenarios(demo / "scenarios" / "demo.yaml", slow)
+    done = cli("run", "--timeout", "1", cwd=demo)
+    assert done.returncode == 2, done.stdout + done.stderr
+    status = cli("status", cwd=demo)
+    fanout = next(line for line in status.stdout.splitlines() if line.startswith("fanout"))
+    assert "stopped" in fanout and "running" not in fanout, status.stdout
+
+
+def test_a_tampered_run_json_is_one_line_naming_the_field(cli: Cli, demo: Path) -> None:
+    assert cli("run", cwd=demo).returncode == 1
+    meta = demo / "runs" / state(demo)["run_id"] / "run.json"
+    meta.write_text(meta.read_text().replace('"status": "done"', '"status": "finished"'))
+    for command in (["status"], ["resume", state(demo)["run_id"]]):
+        done = cli(*command, cwd=demo)
+        assert done.returncode == 3
+        assert done.stderr.count("\n") == 1, done.stderr
+        assert f"corrupt run state at {meta}: status: Input should be" in done.stderr

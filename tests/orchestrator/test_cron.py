@@ -209,3 +209,43 @@ def test_a_permanent_router_failure_is_kept_until_asked(
     assert retried.returncode == 1, retried.stderr
     assert ticket_rows(state(demo)) == REFERENCE_TICKETS
     assert total == 1 + REQUESTS_OF_THE_DEMO
+
+
+def _lease_of_a_dead_distributed_cli(run_dir: Path) -> None:
+    """What a `ticketgraph run` on a shared broker leaves when it is killed: its lease, in
+    distributed mode, touched just now by the workers that finish the run without it."""
+    import socket
+
+    from orchestrator import lease
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    holder = lease.Holder(
+        host=socket.gethostname(), pid=dead.pid, pid_started="1", mode="distributed"
+    )
+    (run_dir / lease.LEASE_FILE).write_text(holder.model_dump_json())
+
+
+def test_resume_of_a_finished_run_reports_its_verdict_whatever_its_lease_says(
+    demo: Path, cli: Cli
+) -> None:
+    """A finished run whose lease is still fresh (its distributed CLI was killed and the
+    workers finished it within the last 30 s): resume exits by the verdict, 1, not 75. The
+    same lease on an unfinished run still means someone works on it: 75."""
+    first = cli("run", "--stop-after", "merge", cwd=demo)
+    assert first.returncode == 2, first.stderr
+    run_id = state(demo)["run_id"]
+    run_dir = demo / "runs" / run_id
+    assert cli("resume", run_id, cwd=demo).returncode == 1  # now done
+    _lease_of_a_dead_distributed_cli(run_dir)
+    again = cli("resume", run_id, cwd=demo)
+    assert again.returncode == 1, again.stdout + again.stderr
+    assert "being worked on" not in again.stderr
+
+    (run_dir / "run.json").write_text(
+        (run_dir / "run.json").read_text().replace('"status": "done"', '"status": "running"')
+    )
+    _lease_of_a_dead_distributed_cli(run_dir)
+    busy = cli("resume", run_id, cwd=demo)
+    assert busy.returncode == 75, busy.stdout + busy.stderr
+    assert "being worked on" in busy.stderr

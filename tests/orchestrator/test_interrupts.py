@@ -68,10 +68,10 @@ def _wait_gone(servers: set[str], timeout: float = 10) -> None:
         time.sleep(0.05)
 
 
-def _remove_server_dirs(servers: set[str]) -> None:
-    for cmd in servers:
-        socket = next(arg for arg in cmd.split() if arg.startswith("unixsocket:"))
-        shutil.rmtree(Path(socket.removeprefix("unixsocket:")).parent, ignore_errors=True)
+def _server_dirs(servers: set[str]) -> list[Path]:
+    """The folders of the redis-servers with these command lines."""
+    sockets = (next(a for a in cmd.split() if a.startswith("unixsocket:")) for cmd in servers)
+    return [Path(s.removeprefix("unixsocket:")).parent for s in sockets]
 
 
 def _turns(workspace: Path) -> int:
@@ -111,11 +111,13 @@ def test_a_killed_run_resumes_without_paying_twice(demo: Path, cli: Cli, tmp_pat
         os.kill(run.pid, signal.SIGKILL)
         run.wait(10)
         _wait_gone(servers)  # the embedded redis-server dies with its parent, even by SIGKILL
-        _remove_server_dirs(servers)  # a killed parent could not remove its server's folder
+        left = _server_dirs(servers)
+        assert all(d.is_dir() for d in left)  # a killed parent could not remove its folder
         run_id = state(demo)["run_id"]
         resumed = cli("resume", run_id, cwd=demo, env={"LLM_BASE_URL": url})
         requests = httpx.get(stats_url).json()["requests"]
     assert resumed.returncode == 1, resumed.stderr
+    assert not any(d.exists() for d in left)  # the next embedded Redis swept it: owner dead
     final = state(demo)
     assert ticket_rows(final) == REFERENCE_TICKETS
     # The nodes' counters come from each agent's saved state, so they match the reference.
@@ -124,3 +126,27 @@ def test_a_killed_run_resumes_without_paying_twice(demo: Path, cli: Cli, tmp_pat
     assert _turns(demo) == 11
     # Only a request in flight at the kill (its reply lost with the process) is paid again.
     assert 11 <= requests <= 11 + in_flight
+
+
+def test_only_folders_whose_owner_is_gone_are_swept() -> None:
+    """A folder naming a dead process goes; one naming a live process, or no owner, stays."""
+    import tempfile
+
+    from orchestrator import process, redis_server
+
+    def folder(owner: str | None) -> Path:
+        path = Path(tempfile.mkdtemp(prefix=redis_server.FOLDER_PREFIX))
+        if owner is not None:
+            (path / redis_server.OWNER_FILE).write_text(owner)
+        return path
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    gone = folder(f"{dead.pid} {process.started(os.getpid())}")
+    mine, anonymous = folder(process.me()), folder(None)
+    try:
+        assert gone in redis_server.sweep_orphans()
+        assert not gone.exists() and mine.is_dir() and anonymous.is_dir()
+    finally:
+        for path in (gone, mine, anonymous):
+            shutil.rmtree(path, ignore_errors=True)

@@ -88,6 +88,8 @@ def test_a_run_folder_that_turns_read_only_mid_run_crashes_the_run_and_resume_fi
     text = log.read_text()
     assert expected in text and str(run_dir) in text, text[-3000:]
     assert "Traceback" not in text
+    crashed = next(line for line in text.splitlines() if line.startswith(f"run {run_id}: crashed"))
+    assert crashed.count("could not be recorded") == 1, crashed  # said once, not twice
     assert f"ticketgraph resume {run_id}" in text
     resumed = cli("resume", run_id, cwd=demo, env={"LLM_BASE_URL": llm})
     assert resumed.returncode == 1, resumed.stdout + resumed.stderr
@@ -140,3 +142,25 @@ def test_a_full_disk_crashes_the_run_with_the_path_and_resume_finishes_it(
     resumed = cli("resume", record["run_id"], cwd=demo, env={"LLM_BASE_URL": llm})
     assert resumed.returncode == 1, resumed.stdout + resumed.stderr
     assert ticket_rows(state(demo)) == REFERENCE_TICKETS
+
+
+def test_a_deleted_record_is_a_damaged_run_folder_named_not_a_smaller_run(
+    demo: Path, cli: Cli
+) -> None:
+    """A run stopped after merge loses records/T-1006.json: resume and status fail (exit 3)
+    naming the ticket and the file, instead of going on with five tickets; requeue still
+    finds the ticket's claimed file."""
+    stopped = cli("run", "--stop-after", "merge", cwd=demo)
+    assert stopped.returncode == 2, stopped.stderr
+    run_id = state(demo)["run_id"]
+    record = demo / "runs" / run_id / "records" / "T-1006.json"
+    record.unlink()
+    for command in (["resume", run_id], ["status", run_id]):
+        done = cli(*command, cwd=demo)
+        assert done.returncode == 3, done.stdout + done.stderr
+        assert f"the record of ticket T-1006 is missing: {record}" in done.stderr
+        assert "Traceback" not in done.stderr
+    assert state(demo)["status"] == "stopped_early"  # nothing went on without it
+    requeued = cli("requeue", run_id, "T-1006", cwd=demo)
+    assert requeued.returncode == 0, requeued.stderr
+    assert (demo / "inbox" / "T-1006.txt").exists()
