@@ -12,11 +12,13 @@ from orchestrator.ticketfile import shown
 from tests.orchestrator.conftest import (
     REFERENCE_TICKETS,
     Cli,
+    demo_scripts,
     drop,
     events,
     settled,
     state,
     ticket_rows,
+    write_scenarios,
 )
 
 # file name -> kind, for every file that must end in quarantine/
@@ -70,6 +72,10 @@ def test_bad_files_are_quarantined_and_the_batch_goes_on(
     outside = tmp_path / "outside"
     outside.mkdir()
     _bad_inbox(demo / "inbox", outside)
+    scripts = demo_scripts()  # the scripted router names C-1 too
+    router = next(s for s in scripts if s["name"] == "router")
+    router["replies"][0]["text"] += "\nC-1: other"
+    write_scenarios(demo / "scenarios" / "demo.yaml", scripts)
     done = cli("run", cwd=demo)
     assert done.returncode == 1, done.stderr
     record = state(demo)
