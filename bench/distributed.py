@@ -23,7 +23,7 @@ from bench.runs import run_ticketgraph, usable
 from bench.services import Monitor, Provider, Workers, WorkerSpec, child_env
 from bench.suite import Context, Section, median
 from bench.workload import build
-from orchestrator.redis_server import RedisServer
+from orchestrator.broker.redis_server import RedisServer
 from orchestrator.workspace import CONFIG_FILE, init_demo
 
 POOL = 32

@@ -30,7 +30,7 @@ from celery import Celery
 
 from bench.machine import describe
 from bench.services import Provider, Workers, WorkerSpec, child_env, ticketgraph
-from orchestrator.redis_server import RedisServer
+from orchestrator.broker.redis_server import RedisServer
 from orchestrator.workspace import DEMO_SCENARIOS, init_demo
 
 DEMO = Path(__file__).resolve().parents[1] / "orchestrator" / "demo"

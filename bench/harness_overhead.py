@@ -24,7 +24,7 @@ from typing import Any
 from bench.figures import Figure, Target
 from bench.services import Provider
 from bench.suite import Context, Section
-from workers import experiment, filetools, loop
+from workers import chapter, chapter_tools, loop
 from workers.cancel import CancelToken
 from workers.client import ModelClient, ModelReply, RequestParams
 from workers.settings import HarnessSettings
@@ -57,15 +57,15 @@ class TimedClient(ModelClient):
 
 def measure(url: str, turns: int, persisted: bool, root: Path) -> list[float]:
     """Per-turn overhead (ms) of each plan run until `turns` turns have run."""
-    workspace = filetools.make_demo_workspace(root / "ws")
+    workspace = chapter_tools.make_demo_workspace(root / "ws")
     client = TimedClient(HarnessSettings(base_url=url))
     per_turn: list[float] = []
     done = 0
     try:
         while done < turns:
-            opts = experiment.Options(scenario="plan", workspace=workspace, trace=root / "t.jsonl")
-            state = new_run(experiment.SYSTEM, experiment.DEFAULT_TASK, model="plan")
-            h = experiment.build(opts, client, state)
+            opts = chapter.Options(scenario="plan", workspace=workspace, trace=root / "t.jsonl")
+            state = new_run(chapter.SYSTEM, chapter.DEFAULT_TASK, model="plan")
+            h = chapter.build(opts, client, state)
             h.state_path = root / "state.json" if persisted else None
             client.service_ms = 0.0
             started = time.perf_counter()

@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 import redis
 
-from orchestrator.redis_server import free_port
+from orchestrator.broker.redis_server import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 READY_LINE = "ticketgraph worker ready:"

@@ -21,7 +21,7 @@ requests in flight at the kill, which were paid and then lost with the process).
 drafting, or during review: the points alternate) gets SIGSTOP and stays stopped past the
 visibility timeout, so its tickets are redelivered and finished elsewhere; once the run has
 ended it gets SIGCONT, and the trial also counts finished ticket records the woken copies
-changed afterwards (must be 0: fencing, orchestrator/fence.py).
+changed afterwards (must be 0: fencing, orchestrator/run/fence.py).
 
 The visibility timeout is 6 s here (default 30 s) so a trial takes seconds, not a minute.
 `--trials 30` is the full soak (about 6 minutes); the test suite runs 3.
@@ -46,7 +46,7 @@ import yaml
 from celery import Celery
 
 from bench.services import Provider, Workers, WorkerSpec, child_env, ticketgraph
-from orchestrator.redis_server import RedisServer
+from orchestrator.broker.redis_server import RedisServer
 from orchestrator.workspace import DEMO_SCENARIOS, init_demo
 
 POINTS = ("model", "write", "review")

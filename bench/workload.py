@@ -29,7 +29,7 @@ from typing import Any
 
 import yaml
 
-from orchestrator import prompts
+from orchestrator.steps import prompts
 from orchestrator.workspace import CONFIG_FILE, Workspace, init_demo
 from workers.provider.scenario import map_strings
 

@@ -1,1 +1,2 @@
-"""The ticket graph: Celery app, nodes as tasks, the canvas, run state, trace and the CLI."""
+"""ticketgraph's graph: the plan of a run on Celery, its steps, the run folder, intake, the
+broker and worker processes, configuration, and the command line."""

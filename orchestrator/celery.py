@@ -12,17 +12,12 @@ from __future__ import annotations
 
 import os
 
-from orchestrator import tasks  # noqa: F401 — registers the graph's tasks on the app
-from orchestrator.app import configure
-from orchestrator.settings import GraphSettings
-from workers.settings import HarnessSettings, load
+from orchestrator.broker.app import connect
+from orchestrator.errors import ConfigError
+from orchestrator.plan import tasks  # noqa: F401 — registers the graph's tasks on the app
+from workers.settings import SettingsError
 
-_settings = load(GraphSettings, "TICKETGRAPH_")
-_broker = os.environ.get("CELERY_BROKER_URL") or _settings.broker_url
-if not _broker:
-    raise SystemExit(
-        "set TICKETGRAPH_BROKER_URL (the broker your `ticketgraph worker` processes use) "
-        "before `celery -A orchestrator ...`"
-    )
-
-app = configure(_broker, _settings, load(HarnessSettings, "LLM_"))
+try:
+    app = connect(os.environ.get("CELERY_BROKER_URL"))
+except (ConfigError, SettingsError) as exc:
+    raise SystemExit(f"celery -A orchestrator: {exc}") from None

@@ -1,7 +1,7 @@
 """The model client: one model request over httpx, errors translated here.
 
-What goes over the wire is the API module's business (openai_api.py: chat completions;
-anthropic_api.py: Messages); this module does the rest, the same for both: timeouts,
+What goes over the wire is the API module's business (openai_wire.py: chat completions;
+anthropic_wire.py: Messages); this module does the rest, the same for both: timeouts,
 retries with backoff, cancellation, and errors a person can act on. It knows nothing about
 scripts.
 """
@@ -26,12 +26,13 @@ from tenacity import (
     wait_random_exponential,
 )
 
-from workers import anthropic_api, openai_api
 from workers.cancel import CancelToken
 from workers.errors import Cancelled, ProviderError
-from workers.reply import ModelReply, RequestParams
 from workers.settings import HarnessSettings
 from workers.state import Message
+from workers.wire import anthropic as anthropic_wire
+from workers.wire import openai as openai_wire
+from workers.wire.reply import ModelReply, RequestParams
 
 __all__ = ["ModelClient", "ModelReply", "RequestParams"]
 
@@ -50,7 +51,7 @@ class ModelClient:
         if not settings.base_url:
             raise ProviderError("no model endpoint configured: set LLM_BASE_URL")
         self.settings = settings
-        self.api = anthropic_api if settings.api == "anthropic" else openai_api
+        self.api = anthropic_wire if settings.api == "anthropic" else openai_wire
         headers = self.api.headers(settings.api_key)
         timeout = httpx.Timeout(settings.read_timeout_s, connect=settings.connect_timeout_s)
         # Loading the CA bundle costs ~70 ms per client; a plain-http endpoint (a local model

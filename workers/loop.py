@@ -36,7 +36,7 @@ class ToolErrors(StrEnum):
 
 
 @dataclass
-class Limits:
+class Caps:
     """Caps checked before every model call; None means no cap."""
 
     max_turns: int | None = 20
@@ -50,7 +50,7 @@ class Harness:
     client: ModelClient
     catalog: Catalog
     price: Price = field(default_factory=Price)
-    limits: Limits = field(default_factory=Limits)
+    caps: Caps = field(default_factory=Caps)
     tool_errors: ToolErrors = ToolErrors.TEXT
     permanent_errors_stop: bool = True
     dedupe: bool = False
@@ -81,9 +81,9 @@ def run(state: RunState, h: Harness) -> RunState:
         if (answer := _final_answer(state)) is not None:
             state.output = answer
             return _stop(state, h, RunStatus.COMPLETED)
-        if h.limits.max_turns is not None and state.turns >= h.limits.max_turns:
+        if h.caps.max_turns is not None and state.turns >= h.caps.max_turns:
             return _stop(state, h, RunStatus.MAX_TURNS_EXCEEDED, Interruption(type="max_turns"))
-        if h.limits.budget_usd is not None and state.cost_usd >= h.limits.budget_usd:
+        if h.caps.budget_usd is not None and state.cost_usd >= h.caps.budget_usd:
             return _stop(state, h, RunStatus.BUDGET_EXCEEDED, Interruption(type="max_budget"))
         h.fence.check()  # a superseded copy must not pay for another turn
         try:
@@ -255,9 +255,9 @@ def _progress(h: Harness, tool: str, call_id: str) -> Callable[[str], None]:
 
 
 def _budget_left(state: RunState, h: Harness) -> float | None:
-    if h.limits.budget_usd is None:
+    if h.caps.budget_usd is None:
         return None
-    return max(h.limits.budget_usd - state.cost_usd, 0.0)
+    return max(h.caps.budget_usd - state.cost_usd, 0.0)
 
 
 def _charge(state: RunState, usd: float) -> None:

@@ -26,11 +26,11 @@ class ResearchArgs(BaseModel):
 
 
 def research_tool(child: loop.Harness) -> Tool:
-    """A `research` tool that runs `child` (its client, catalog and limits) per question."""
+    """A `research` tool that runs `child` (its client, catalog and caps) per question."""
 
     def run(args: ResearchArgs, ctx: ToolContext) -> str:
-        limits = _child_limits(child.limits, ctx.budget_left)
-        harness = replace(child, limits=limits, cancel=ctx.cancel, state_path=None)
+        caps = _child_caps(child.caps, ctx.budget_left)
+        harness = replace(child, caps=caps, cancel=ctx.cancel, state_path=None)
         state = new_run(RESEARCH_SYSTEM, args.question, model=ctx.model)
         harness.tracer = ctx.tracer.bind(sub_agent="research", agent_run_id=state.run_id)
         result = loop.run(state, harness)
@@ -48,8 +48,8 @@ def research_tool(child: loop.Harness) -> Tool:
     )
 
 
-def _child_limits(limits: loop.Limits, parent_left: float | None) -> loop.Limits:
+def _child_caps(caps: loop.Caps, parent_left: float | None) -> loop.Caps:
     if parent_left is None:
-        return limits
-    budget = parent_left if limits.budget_usd is None else min(limits.budget_usd, parent_left)
-    return loop.Limits(max_turns=limits.max_turns, budget_usd=budget)
+        return caps
+    budget = parent_left if caps.budget_usd is None else min(caps.budget_usd, parent_left)
+    return loop.Caps(max_turns=caps.max_turns, budget_usd=budget)

@@ -52,8 +52,9 @@ from bench.peers.result import (
     max_rss_mb,
     process_age_s,
 )
-from orchestrator import gate, prompts
-from orchestrator.workspace import Workspace, WorkspaceConfig
+from orchestrator.config.tables import WorkspaceConfig
+from orchestrator.steps import gate, prompts
+from orchestrator.workspace import Workspace
 
 PEER = "langgraph"
 OTHER = "other"

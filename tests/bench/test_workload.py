@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from bench.workload import Workload, build
-from orchestrator import prompts
+from orchestrator.steps import prompts
 from orchestrator.workspace import Workspace
 from workers.provider import load_scenario, running_provider
 

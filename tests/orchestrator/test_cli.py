@@ -45,7 +45,7 @@ def test_a_bad_ticket_is_quarantined_and_the_batch_goes_on(cli: Cli, demo: Path)
     drop(demo / "inbox", "T-9.json", "{nope")
     done = cli("run", cwd=demo)
     assert done.returncode == 1, done.stderr
-    assert "1 files quarantined" in done.stdout
+    assert "1 file quarantined" in done.stdout
     record = state(demo)
     assert len(record["tickets"]) == 6
     (rejected,) = record["rejected"]
@@ -167,7 +167,7 @@ def test_a_bad_setting_is_one_sentence_naming_it_before_anything_is_claimed(
 def test_a_provider_failure_is_exit_3_in_the_harness_as_in_the_graph(demo: Path, cli: Cli) -> None:
     """The endpoint is down: the harness and the graph's router both exit 3, and say on
     stderr which URL failed."""
-    from orchestrator.redis_server import free_port
+    from orchestrator.broker.redis_server import free_port
 
     url = f"http://127.0.0.1:{free_port()}/v1"
     env = {"LLM_BASE_URL": url, "LLM_MAX_RETRIES": "0"}
@@ -248,7 +248,7 @@ def test_an_unknown_key_is_refused_with_the_closest_valid_one(
 def test_status_shows_a_run_for_a_person_and_for_a_program(cli: Cli, demo: Path) -> None:
     """`status` (the newest run) and `status RUN_ID --json`, read from the run's folder; the
     document's record is a RunRecord (the documented schema) and matches run-state.json."""
-    from orchestrator.records import RunRecord
+    from orchestrator.run.records import RunRecord
 
     assert cli("status", cwd=demo).returncode == 64  # no run yet
     assert cli("run", cwd=demo).returncode == 1

@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 
-from orchestrator.redis_server import RedisServer
+from orchestrator.broker.redis_server import RedisServer
 from tests.orchestrator.conftest import Cli, drop, events, state, worker_processes, write_scenarios
 from workers.provider import running_provider
 

@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from bench.workload import Workload, build
-from orchestrator.redis_server import RedisServer
+from orchestrator.broker.redis_server import RedisServer
 from tests.orchestrator.conftest import (
     REFERENCE_TICKETS,
     Cli,
@@ -216,7 +216,7 @@ def _lease_of_a_dead_distributed_cli(run_dir: Path) -> None:
     distributed mode, touched just now by the workers that finish the run without it."""
     import socket
 
-    from orchestrator import lease
+    from orchestrator.run import lease
 
     dead = subprocess.Popen(["true"])
     dead.wait()

@@ -251,8 +251,8 @@ def test_the_report_shows_cost_per_node_ticket_and_run_at_the_configured_prices(
 
 
 def test_costs_counted_from_replies_without_usage_are_marked(demo: Path, cli: Cli) -> None:
-    from orchestrator import report
-    from orchestrator.records import RunRecord
+    from orchestrator.run.records import RunRecord
+    from orchestrator.steps import report
 
     assert cli("run", cwd=demo).returncode == 1
     record = RunRecord.model_validate(state(demo))

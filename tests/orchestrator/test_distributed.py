@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from bench.distributed import MARKER, big_variant
-from orchestrator.redis_server import RedisServer
+from orchestrator.broker.redis_server import RedisServer
 from orchestrator.workspace import CONFIG_FILE, init_demo
 from tests.orchestrator.conftest import (
     DEMO_SCENARIOS,

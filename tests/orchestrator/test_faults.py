@@ -17,7 +17,7 @@ import httpx
 import pytest
 from celery import Celery
 
-from orchestrator.redis_server import RedisServer
+from orchestrator.broker.redis_server import RedisServer
 from tests.orchestrator.conftest import (
     REFERENCE_TICKETS,
     Cli,

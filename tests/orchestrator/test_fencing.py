@@ -24,8 +24,8 @@ import httpx
 import pytest
 from celery import Celery
 
-from orchestrator.fence import EpochFence
-from orchestrator.redis_server import RedisServer
+from orchestrator.broker.redis_server import RedisServer
+from orchestrator.run.fence import EpochFence
 from tests.orchestrator.conftest import (
     REFERENCE_TICKETS,
     Cli,

@@ -21,7 +21,7 @@ import httpx
 import pytest
 from celery import states
 
-from orchestrator.redis_server import RedisServer
+from orchestrator.broker.redis_server import RedisServer
 from tests.orchestrator.conftest import clean_env
 from workers.provider import running_provider
 
@@ -311,7 +311,7 @@ def test_celerys_own_tools_find_the_app_and_the_broker_from_the_environment(
 ) -> None:
     """`celery -A orchestrator inspect ping` with TICKETGRAPH_BROKER_URL alone reaches the
     workers; without it the command refuses rather than trying amqp://localhost."""
-    from orchestrator.redis_server import RedisServer
+    from orchestrator.broker.redis_server import RedisServer
     from tests.orchestrator.conftest import clean_env, worker_processes
 
     celery = [sys.executable, "-m", "celery", "-A", "orchestrator"]

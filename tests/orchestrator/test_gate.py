@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import gate, prompts
+from orchestrator.steps import gate, prompts
 from orchestrator.workspace import CONFIG_FILE
 from tests.orchestrator.conftest import Cli, demo_scripts, state, write_scenarios
 

@@ -18,11 +18,11 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from orchestrator import inbox, ticketfile
 from orchestrator.errors import UsageError
-from orchestrator.inbox import InboxLimits, Rejection, Ticket
+from orchestrator.intake import inbox, ticketfile
+from orchestrator.intake.inbox import InboxRules, Rejection, Ticket
 
-LIMITS = InboxLimits()
+LIMITS = InboxRules()
 PORTUGUESE = "Olá, a fatura de março está errada: cobraram €49,90 duas vezes. Não consigo baixar."
 JAPANESE = "請求書のダウンロードができません。先月の請求額が二重に引き落とされています。"
 
@@ -71,14 +71,14 @@ def write(folder: Path, name: str, data: bytes | str) -> Path:
     return path
 
 
-def rejected(path: Path, limits: InboxLimits = LIMITS) -> Rejection:
+def rejected(path: Path, limits: InboxRules = LIMITS) -> Rejection:
     """`inspect`'s answer, which must be a rejection."""
     result = inbox.inspect(path, limits)
     assert isinstance(result, Rejection), result
     return result
 
 
-def accepted(path: Path, limits: InboxLimits = LIMITS) -> Ticket:
+def accepted(path: Path, limits: InboxRules = LIMITS) -> Ticket:
     """`inspect`'s answer, which must be a ticket."""
     result = inbox.inspect(path, limits)
     assert isinstance(result, Ticket), result
@@ -463,7 +463,7 @@ def test_an_eml_with_only_html_gives_the_text_without_tags_scripts_or_styles(box
 def test_an_eml_takes_its_id_from_the_configured_header(box: Path) -> None:
     raw = email_bytes("Body.", X_Ticket_Id="T-4242")
     assert accepted(write(box, "mail-1.eml", raw)).id == "T-4242"
-    custom = InboxLimits(id_header="X-Case")
+    custom = InboxRules(id_header="X-Case")
     assert (
         accepted(write(box, "mail-2.eml", email_bytes("Body.", X_Case="C-7")), custom).id == "C-7"
     )
@@ -541,7 +541,7 @@ def test_route_text_cuts_a_long_ticket_on_a_word_boundary() -> None:
 
 def test_inbox_limits_are_frozen_and_reject_unknown_keys() -> None:
     with pytest.raises(ValidationError):
-        InboxLimits(max_bytez=1)  # type: ignore[call-arg]
+        InboxRules(max_bytez=1)  # type: ignore[call-arg]
     with pytest.raises(ValidationError):
         LIMITS.max_bytes = 1  # type: ignore[misc]
 
@@ -552,7 +552,7 @@ def test_a_file_swapped_after_lstat_is_still_refused_when_opened(box: Path, tmp_
     os.symlink(write(tmp_path, "secret", "root:x:0:0"), box / "link.txt")
     os.mkfifo(box / "T-1.txt")
     write(box, "T-2.txt", "x" * 2000)
-    small = InboxLimits(max_bytes=1000)
+    small = InboxRules(max_bytes=1000)
     assert inbox._read(box / "link.txt", LIMITS) == ticketfile.Problem(
         ticketfile.RejectKind.SYMLINK,
         "is a symbolic link; tickets must be regular files (links are never followed)",

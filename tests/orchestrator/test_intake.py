@@ -8,7 +8,7 @@ import os
 from email.message import EmailMessage
 from pathlib import Path
 
-from orchestrator.ticketfile import shown
+from orchestrator.intake.ticketfile import shown
 from tests.orchestrator.conftest import (
     REFERENCE_TICKETS,
     Cli,

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import yaml
 
-from orchestrator import status
-from orchestrator.progress import NODES
-from orchestrator.status import RunDocument, RunRow
+from orchestrator.cli import status
+from orchestrator.cli.progress import NODES
+from orchestrator.cli.status import RunDocument, RunRow
 from tests.orchestrator.conftest import Cli, clean_env, demo_scripts, settled, state
 
 REPO = Path(__file__).resolve().parents[2]

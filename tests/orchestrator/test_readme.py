@@ -14,7 +14,7 @@ from pathlib import Path
 
 import httpx
 
-from orchestrator.redis_server import RedisServer
+from orchestrator.broker.redis_server import RedisServer
 from tests.orchestrator.conftest import REFERENCE_TICKETS, Cli, clean_env, state, ticket_rows
 from tests.orchestrator.test_flower import _free_port, _stop
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import routing
+from orchestrator.steps import routing
 from tests.orchestrator.conftest import Cli, demo_scripts, state, write_scenarios
 
 ALLOWED = ["billing", "bug", "other"]

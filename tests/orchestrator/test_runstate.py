@@ -7,9 +7,10 @@ import multiprocessing
 import os
 from pathlib import Path
 
-from orchestrator import nodes
-from orchestrator.records import RunConfig, RunMeta, TicketRecord, TicketStatus
-from orchestrator.runstate import RunStore
+from orchestrator.run.records import RunConfig, RunMeta, TicketRecord, TicketStatus
+from orchestrator.run.store import RunStore
+from orchestrator.steps.context import Context
+from orchestrator.steps.draft import draft
 from workers import atomic
 from workers.settings import HarnessSettings
 from workers.trace import now_iso
@@ -74,7 +75,7 @@ def test_parallel_writers_lose_no_ticket_and_no_line(tmp_path: Path) -> None:
 
 
 def _open(run_dir: str, results: multiprocessing.Queue) -> None:
-    from orchestrator.records import NodeRecord
+    from orchestrator.run.records import NodeRecord
 
     results.put(RunStore(Path(run_dir)).open_node("fanout", NodeRecord(started=1.0)))
 
@@ -106,7 +107,7 @@ def test_a_ticket_step_writes_its_own_record_and_nothing_that_grows(tmp_path: Pa
     before = _stamps(store.dir / "records")
     state_before = os.stat(store.state_path)
     meta_before = os.stat(store.meta_path)
-    status = nodes.draft(nodes.Context(store=store, llm=HarnessSettings()), "T-0007")
+    status = draft(Context(store, HarnessSettings(), "draft", "fanout"), "T-0007")
     assert status == "drafted"
     after = _stamps(store.dir / "records")
     assert {name for name in before if before[name] != after[name]} == {"T-0007.json"}

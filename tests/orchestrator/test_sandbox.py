@@ -11,17 +11,18 @@ from pathlib import Path
 import pytest
 from celery import Celery
 
-from orchestrator import ids
+from orchestrator.broker.redis_server import RedisServer
+from orchestrator.config.tables import DEFAULT_READS
 from orchestrator.errors import RunStateError
-from orchestrator.redis_server import RedisServer
-from orchestrator.runstate import RunStore
-from orchestrator.sandbox import Sandbox, root_problem
-from orchestrator.toolbox import tools_for
-from orchestrator.workspace import CONFIG_FILE, DEFAULT_READS
+from orchestrator.run import ids
+from orchestrator.run.store import RunStore
+from orchestrator.steps.catalogs import tools_for
+from orchestrator.steps.sandbox import Sandbox, root_problem
+from orchestrator.workspace import CONFIG_FILE
 from tests.orchestrator.conftest import Cli, demo_scripts, state, worker_processes, write_scenarios
 from workers.cancel import CancelToken
+from workers.chapter_tools import PathArgs
 from workers.errors import PermanentToolError, ToolError
-from workers.filetools import PathArgs
 from workers.tools import ToolContext
 
 SECRET = "sk-live-hunter2"

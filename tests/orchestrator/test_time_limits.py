@@ -7,7 +7,7 @@ from pathlib import Path
 
 import httpx
 
-from orchestrator.redis_server import RedisServer
+from orchestrator.broker.redis_server import RedisServer
 from tests.orchestrator.conftest import (
     Cli,
     demo_scripts,

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from workers import experiment
+from workers import chapter
 from workers.provider import running_provider
 from workers.settings import HarnessSettings
 from workers.state import RunState
@@ -31,7 +31,7 @@ def run_scenario(harness_url: str, tmp_path: Path) -> RunScenario:
     def run(scenario: str, url: str | None = None, **options: Any) -> tuple[RunState, float]:
         options.setdefault("workspace", tmp_path / "ws")
         options.setdefault("trace", tmp_path / "trace.jsonl")
-        opts = experiment.Options(scenario=scenario, **options)
-        return experiment.run_experiment(opts, HarnessSettings(base_url=url or harness_url))
+        opts = chapter.Options(scenario=scenario, **options)
+        return chapter.run_experiment(opts, HarnessSettings(base_url=url or harness_url))
 
     return run

@@ -15,7 +15,7 @@ import httpx
 import pytest
 import yaml
 
-from orchestrator.redis_server import free_port
+from orchestrator.broker.redis_server import free_port
 from workers.cancel import CancelToken
 from workers.client import ModelClient, RequestParams
 from workers.errors import Cancelled, ProviderError

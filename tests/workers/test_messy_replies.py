@@ -11,8 +11,8 @@ import yaml
 
 from tests.workers.test_client import _Canned
 from workers import loop, trace
+from workers.chapter_tools import ChapterFolder, make_demo_workspace
 from workers.client import ModelClient
-from workers.filetools import Workspace, make_demo_workspace
 from workers.provider import running_provider
 from workers.settings import HarnessSettings
 from workers.state import RunStatus, new_run
@@ -27,7 +27,7 @@ TEXT_FORMS = {
 
 
 def _harness(url: str, tmp: Path, **options: Any) -> loop.Harness:
-    files = Workspace(make_demo_workspace(tmp / "ws"))
+    files = ChapterFolder(make_demo_workspace(tmp / "ws"))
     return loop.Harness(
         client=ModelClient(HarnessSettings(base_url=url)),
         catalog=Catalog(files.tools()),

@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from tests.workers.conftest import RunScenario
-from workers import experiment, filetools, loop, trace
+from workers import chapter, chapter_tools, loop, trace
 from workers.client import ModelClient
 from workers.errors import Superseded
 from workers.fence import Fence
@@ -172,12 +172,12 @@ def test_a_superseded_run_stops_before_its_next_model_call_and_saves_nothing(
     the model again: one request served, the state file as of that first save."""
     stats = harness_url.replace("/v1", "/stats")
     before = httpx.get(stats).json()["requests"]
-    opts = experiment.Options(scenario="plan", workspace=tmp_path / "ws", state=tmp_path / "s")
-    filetools.make_demo_workspace(opts.workspace)
+    opts = chapter.Options(scenario="plan", workspace=tmp_path / "ws", state=tmp_path / "s")
+    chapter_tools.make_demo_workspace(opts.workspace)
     client = ModelClient(HarnessSettings(base_url=harness_url))
     try:
         state = new_run("system", "task", model="plan")
-        h = experiment.build(opts, client, state)
+        h = chapter.build(opts, client, state)
         h.fence = _TakenOverAfter(saves=1)
         with pytest.raises(Superseded):
             loop.run(state, h)

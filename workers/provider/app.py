@@ -2,7 +2,7 @@
 answered from the same scenario.
 
     POST /v1/chat/completions   a scripted reply (or a scripted fault)
-    POST /v1/messages           the same, in Anthropic's shape (anthropic.py)
+    POST /v1/messages           the same, in Anthropic's shape (anthropic_messages.py)
     GET  /stats                 requests, in-flight, tokens, per-script counts, the request
                                 settings each script saw (`params`), CPU seconds
     POST /stats/reset           zero the stats
@@ -29,7 +29,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from workers.provider import anthropic
+from workers.provider import anthropic_messages
 from workers.provider.scenario import Fault, Scenario, Script
 from workers.provider.wire import ChatRequest, ConversationView, RenderedReply, render_reply
 
@@ -132,7 +132,7 @@ def error_response(
     """An OpenAI-style error body, {"error": {"message", "type"}}, or Anthropic's."""
     if messages_api:
         return JSONResponse(
-            anthropic.error_body(status, message), status_code=status, headers=headers
+            anthropic_messages.error_body(status, message), status_code=status, headers=headers
         )
     body = {"error": {"message": message, "type": _error_type(status)}}
     return JSONResponse(body, status_code=status, headers=headers)
@@ -199,7 +199,7 @@ async def _answer(
     rendered = render_reply(reply, request, matched.groups)
     state.stats.record(script, rendered)
     if messages_api:
-        return JSONResponse(anthropic.message_body(request, rendered))
+        return JSONResponse(anthropic_messages.message_body(request, rendered))
     return JSONResponse(completion_body(request, rendered))
 
 
@@ -247,7 +247,8 @@ async def messages(http: Request) -> Response:
     state.stats.begin()
     try:
         try:
-            parsed: ChatRequest | Response = anthropic.to_chat(json.loads(await http.body()))
+            body = json.loads(await http.body())
+            parsed: ChatRequest | Response = anthropic_messages.to_chat(body)
         except ValidationError as exc:
             first = exc.errors()[0]
             problem = f"{'.'.join(str(part) for part in first['loc'])}: {first['msg']}"

@@ -1,12 +1,11 @@
-"""The provider's command-line options and help, importable without the server's weight.
-
-`ticketgraph --help` builds every subcommand's parser; importing uvicorn and the scenario
-models for that alone cost 160 ms per invocation.
+"""The provider's command (`ticketgraph provider`, `python -m workers.provider.server`),
+importable without the server's weight: `ticketgraph --help` builds every command, and
+importing uvicorn and the scenario models for that alone cost 160 ms per invocation.
 """
 
 from __future__ import annotations
 
-import argparse
+import click
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8400
@@ -18,14 +17,16 @@ A scenario file (YAML or JSON) is a list of scripts. The first script whose `whe
 all match the request answers it; its reply is picked by the turn index, i.e. the number of
 assistant messages in the request:
 
+\b
   - name: plan
-    when: {model: "^plan$"}      # also: system, user, transcript, tool_results
+    when: {model: "^plan$"}    # also: system, user, transcript, tool_results
     replies:
       - tool_calls: [{id: c1, name: list_files, arguments: {}}]
       - text: "done"
     after_last: error            # or repeat_last
     latency_ms: 0
-    faults: [{turn: 0, status: 429, retry_after: 1, times: 1}]   # or malformed / hang_ms
+    # faults also: malformed, reset, hang_ms, status + html
+    faults: [{turn: 0, status: 429, retry_after: 1, times: 1}]
 
 A reply is {text: ...} or {tool_calls: [{id, name, arguments}]}; arguments are a mapping
 (sent as compact JSON) or a string, and "{turn}" in an id becomes the turn index. Usage is
@@ -34,6 +35,7 @@ counted with o200k_base unless a reply fixes it: usage: {prompt_tokens, completi
 Placeholders: "{name}" in a reply's text, its ids and any string in its arguments becomes
 what the named group `name` of the script's `when` regexes captured:
 
+\b
   - name: ticket
     when: {user: '^Ticket id: (?P<ticket>\\S+)'}
     replies:
@@ -54,14 +56,23 @@ connection drops mid-body), hang_ms.
 """
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The provider's options, shared by `python -m` and `ticketgraph provider`."""
-    parser.add_argument(
-        "--scenarios",
-        default="harness",
-        metavar="FILE_OR_BUILTIN",
-        help="a scenario file (YAML or JSON), or the name of a built-in set such as harness "
-        "(default: harness)",
-    )
-    parser.add_argument("--host", default=DEFAULT_HOST, help=f"default: {DEFAULT_HOST}")
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"default: {DEFAULT_PORT}")
+@click.command(
+    "provider",
+    help=HELP,
+    short_help="Serve the scripted OpenAI-compatible model over HTTP.",
+    context_settings={"max_content_width": 100},
+)
+@click.option(
+    "--scenarios",
+    default="harness",
+    show_default=True,
+    metavar="FILE_OR_BUILTIN",
+    help="A scenario file (YAML or JSON), or the name of a built-in set such as harness.",
+)
+@click.option("--host", default=DEFAULT_HOST, show_default=True, help="Address to listen on.")
+@click.option("--port", type=click.IntRange(0, 65535), default=DEFAULT_PORT, show_default=True)
+def command(scenarios: str, host: str, port: int) -> int:
+    """Serve the scripted OpenAI-compatible model over HTTP."""
+    from workers.provider.server import run_from_options
+
+    return run_from_options(scenarios, host, port)

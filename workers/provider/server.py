@@ -7,7 +7,6 @@ From the command line (`--help` explains the scenario format):
 
 from __future__ import annotations
 
-import argparse
 import sys
 import threading
 import time
@@ -20,7 +19,7 @@ import uvicorn
 from workers import tokens
 from workers.errors import ScenarioError
 from workers.provider.app import create_app
-from workers.provider.options import DEFAULT_HOST, DEFAULT_PORT, HELP, add_arguments
+from workers.provider.options import DEFAULT_HOST, DEFAULT_PORT, command
 from workers.provider.scenario import Scenario, load_scenario
 
 STARTUP_TIMEOUT_S = 10.0
@@ -103,31 +102,28 @@ def _wait_started(server: uvicorn.Server, thread: threading.Thread) -> None:
         time.sleep(0.005)
 
 
-def run_from_args(args: argparse.Namespace) -> int:
-    """Load the scenarios named in `args` and serve them until interrupted."""
+def run_from_options(scenarios: str, host: str, port: int) -> int:
+    """Load `scenarios` and serve them on `host`:`port` until interrupted."""
     try:
-        scenario = load_scenario(args.scenarios)
+        scenario = load_scenario(scenarios)
     except ScenarioError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(
         f"scripted provider: {len(scenario.scripts)} scripts from {scenario.source}"
-        f" at http://{args.host}:{args.port}/v1",
+        f" at http://{host}:{port}/v1",
         flush=True,
     )
-    serve(scenario, args.host, args.port)
+    serve(scenario, host, port)
     return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line: load the scenarios and serve them until interrupted."""
-    parser = argparse.ArgumentParser(
-        prog="python -m workers.provider.server",
-        description=HELP,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    return int(
+        command.main(argv, prog_name="python -m workers.provider.server", standalone_mode=False)
+        or 0
     )
-    add_arguments(parser)
-    return run_from_args(parser.parse_args(argv))
 
 
 if __name__ == "__main__":

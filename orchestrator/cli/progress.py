@@ -1,0 +1,113 @@
+"""Where a run stands, counted from its trace as it grows: what `run` shows while it waits.
+
+Workers on any machine append to the run's run.jsonl (the workspace is shared), so the
+waiting command follows that file from where it last read: no polling of records, no extra
+broker traffic, and the same numbers the trace keeps for later.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from orchestrator.run.records import FAILED_STOPS
+
+NODES = ("route", "fanout", "merge", "review", "report")
+
+
+class TraceTail:
+    """The lines appended to a JSONL file since the last read (whole lines only)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = 0
+        self.partial = b""
+
+    def read(self) -> list[dict[str, Any]]:
+        """The events written since the last call."""
+        try:
+            with self.path.open("rb") as f:
+                f.seek(self.offset)
+                chunk = f.read()
+        except FileNotFoundError:
+            return []
+        self.offset += len(chunk)
+        *lines, self.partial = (self.partial + chunk).split(b"\n")
+        events = []
+        for line in lines:
+            try:
+                events.append(json.loads(line))
+            except ValueError:
+                continue  # not a trace line (a torn write is never split: see Tracer.emit)
+        return events
+
+
+@dataclass
+class Tally:
+    """Counts of a run so far: tickets by stage and verdict, model calls, tokens, spend."""
+
+    tickets: int
+    started: float = field(default_factory=time.monotonic)
+    nodes: dict[str, str] = field(default_factory=lambda: dict.fromkeys(NODES, "waiting"))
+    node_ms: dict[str, int] = field(default_factory=dict)
+    routed: set[str] = field(default_factory=set)
+    drafted: set[str] = field(default_factory=set)
+    passed: set[str] = field(default_factory=set)
+    needs_human: set[str] = field(default_factory=set)
+    failed: set[str] = field(default_factory=set)
+    calls: int = 0
+    tokens: int = 0
+    cost_usd: float = 0.0
+    paid: dict[str, float] = field(default_factory=dict)  # agent run -> its cost so far
+
+    def add(self, event: dict[str, Any]) -> None:
+        """Count one trace event."""
+        name, node, ticket = event.get("event"), event.get("node"), event.get("ticket")
+        if name == "node_start" and node in self.nodes:
+            self.nodes[node] = "running"
+        elif name == "node_end" and node in self.nodes:
+            self.nodes[node] = "done"
+            self.node_ms[node] = int(event.get("ms") or 0)
+        elif name == "turn":  # its cost_usd is the agent run's so far, its tokens the turn's
+            self.calls += 1
+            self.tokens += int(event.get("total_tokens") or 0)
+            agent = str(event.get("agent_run_id"))
+            paid = float(event.get("cost_usd") or 0.0)
+            self.cost_usd += paid - self.paid.get(agent, 0.0)
+            self.paid[agent] = paid
+        elif not ticket:
+            return
+        elif name == "routed":
+            self.routed.add(ticket)
+        elif name in ("template_done", "worker_done") and node == "fanout":
+            self.drafted.add(ticket)
+        elif name == "verdict":  # also after a resume retried a failed ticket
+            self.failed.discard(ticket)
+            passed = event.get("status") == "pass"
+            (self.passed if passed else self.needs_human).add(ticket)
+            (self.needs_human if passed else self.passed).discard(ticket)
+        elif name in FAILED_STOPS:
+            self.failed.add(ticket)
+            self.needs_human.add(ticket)
+
+    @property
+    def reviewed(self) -> int:
+        """Tickets with a verdict (a failed draft is never reviewed)."""
+        return len(self.passed) + len(self.needs_human - self.failed)
+
+    @property
+    def elapsed_s(self) -> float:
+        """Seconds since this command started following the run."""
+        return time.monotonic() - self.started
+
+    def line(self) -> str:
+        """The tally in one line."""
+        return (
+            f"{self.tickets} tickets: {len(self.drafted)} drafted, {self.reviewed} reviewed, "
+            f"{len(self.passed)} pass, {len(self.needs_human)} need a human, "
+            f"{len(self.failed)} failed; {self.calls} model calls, {self.tokens} tokens, "
+            f"${self.cost_usd:.4f}; {self.elapsed_s:.1f} s"
+        )

@@ -1,0 +1,1 @@
+"""Intake: what inbox/ holds, the ticket files, and claiming them into a run."""

@@ -1,0 +1,92 @@
+"""The life of a ticket file, for cron: claimed by exactly one run, never lost.
+
+    inbox/X ──rename──▶ runs/<run>/claimed/X ──▶ stays there: the run's copy of its ticket
+       ▲                      │
+       └─────── requeue ──────┤
+                              └── not a ticket ──▶ quarantine/<run>/X  +  X.reason
+
+A claim is one `rename` per file, atomic within the workspace's filesystem: when several
+runs (embedded or distributed, on one machine or several sharing the volume) claim at
+once, each file moves for exactly one of them and the others find it gone. Nothing is ever
+copied and then deleted, so a crash leaves each file in exactly one place. Writers must
+follow the maildir convention: write the file elsewhere (or as a dotfile) and rename it into
+inbox/; files modified in the last `settle_s` seconds are left for the next run too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+
+from orchestrator.errors import UsageError
+from orchestrator.intake import inbox
+from orchestrator.intake.ticketfile import shown
+from orchestrator.run.records import RejectedFile
+from orchestrator.run.store import RunStore
+from orchestrator.workspace import Workspace
+
+
+def claim(workspace: Workspace, store: RunStore, names: list[str]) -> list[str]:
+    """Move each named inbox file into the run's folder; the names this run got."""
+    store.claimed_dir.mkdir(parents=True, exist_ok=True)
+    got = []
+    for name in names:
+        with contextlib.suppress(FileNotFoundError):  # another run claimed it first
+            os.rename(workspace.inbox / name, store.claimed_dir / name)
+            got.append(name)
+    return got
+
+
+def quarantine(workspace: Workspace, store: RunStore, rejection: inbox.Rejection) -> RejectedFile:
+    """Move a claimed file that is not a ticket to quarantine/, with its reason beside it."""
+    folder = workspace.quarantine / store.run_id
+    folder.mkdir(parents=True, exist_ok=True)
+    os.rename(store.claimed_dir / rejection.name, folder / rejection.name)
+    inbox.write_reason(folder, rejection, store.run_id)
+    relative = os.path.relpath(folder / rejection.name, workspace.root)
+    # A name that is not valid UTF-8 stays as it is on disk and is escaped in the records.
+    return RejectedFile(
+        name=shown(rejection.name),
+        kind=rejection.kind,
+        reason=rejection.reason,
+        file=shown(relative),
+    )
+
+
+def requeue(workspace: Workspace, store: RunStore, names: list[str]) -> list[str]:
+    """Put claimed files back into inbox/ (a later run claims them again); the names moved.
+
+    A file whose name is already taken in inbox/ stays where it is (never overwritten).
+    """
+    moved = []
+    for name in names:
+        source, target = store.claimed_dir / name, workspace.inbox / name
+        if source.exists() and not os.path.lexists(target):
+            os.rename(source, target)
+            moved.append(name)
+    return moved
+
+
+def claimed_names(store: RunStore) -> list[str]:
+    """The files this run claimed and still holds."""
+    folder: Path = store.claimed_dir
+    return sorted(os.listdir(folder)) if folder.is_dir() else []
+
+
+def names_of(store: RunStore, ticket_ids: list[str]) -> list[str]:
+    """The claimed file names of `ticket_ids` (all claimed files if none are named);
+    `ValueError` naming an id the run does not have."""
+    if not ticket_ids:
+        return claimed_names(store)
+    names = []
+    for ticket_id in ticket_ids:
+        if store.record_path(ticket_id).exists():
+            names.append(Path(store.ticket(ticket_id).source).name)
+            continue
+        # Its record was lost (a damaged run folder): the claimed file named after it.
+        same = [n for n in claimed_names(store) if Path(n).stem == ticket_id]
+        if not same:
+            raise UsageError(f"run {store.run_id} has no ticket {ticket_id!r}")
+        names += same
+    return names

@@ -1,0 +1,87 @@
+"""A new run from what inbox/ holds: every setting checked, the settled files claimed (one
+atomic rename each), each sorted into a ticket or quarantine, and the run's first records
+written."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+
+from orchestrator.config import layers
+from orchestrator.config.environment import GraphSettings
+from orchestrator.intake import claims, inbox
+from orchestrator.plan.steps import Plan
+from orchestrator.run.records import RejectedFile, RunConfig, RunMeta, TicketRecord
+from orchestrator.run.store import RunStore, link_latest, new_run_id
+from orchestrator.workspace import Workspace
+from workers.settings import HarnessSettings
+from workers.trace import now_iso
+
+
+def start(workspace: Workspace, settings: GraphSettings, plan: Plan) -> RunStore | None:
+    """Claim what inbox/ holds into a new run of `plan` and write the run's first records;
+    None if there was nothing to claim (no run folder is left behind). Every setting is
+    checked before anything is claimed."""
+    llm = HarnessSettings()
+    workspace.check_folders()
+    effective = layers.load(workspace, settings, llm)
+    run_config = layers.run_config(workspace, effective, settings, llm)
+    run_config.nodes = plan.reported_nodes
+    limits = inbox.InboxRules(**effective.inbox.model_dump())
+    names = inbox.claimable(workspace.inbox, time.time(), limits)
+    if not names:
+        return None
+    store = RunStore(workspace.runs / new_run_id())
+    store.dir.mkdir(parents=True)
+    claimed = claims.claim(workspace, store, names)
+    if not claimed:  # other runs claimed everything first
+        shutil.rmtree(store.dir)
+        return None
+    tickets, rejected = _sort_claimed(workspace, store, claimed, limits)
+    _write_tickets(store, tickets)
+    store.write_meta(_meta(workspace, store, run_config, rejected))
+    trace = store.tracer(node="inbox")
+    for file in rejected:
+        trace.emit("rejected", file=file.file, kind=file.kind, reason=file.reason)
+    store.materialise()
+    workspace.out.mkdir(parents=True, exist_ok=True)
+    link_latest(workspace.root, store)
+    return store
+
+
+def _sort_claimed(
+    workspace: Workspace, store: RunStore, names: list[str], limits: inbox.InboxRules
+) -> tuple[list[inbox.Ticket], list[RejectedFile]]:
+    """Tickets from the claimed files; the rest quarantined with their reasons."""
+    seen = [inbox.inspect(store.claimed_dir / name, limits) for name in names]
+    tickets, duplicates = inbox.dedupe([t for t in seen if isinstance(t, inbox.Ticket)])
+    rejections = [r for r in seen if isinstance(r, inbox.Rejection)] + duplicates
+    return tickets, [claims.quarantine(workspace, store, r) for r in rejections]
+
+
+def _write_tickets(store: RunStore, tickets: list[inbox.Ticket]) -> None:
+    """Each ticket's text and first record, in one flush."""
+    source = os.path.relpath(store.claimed_dir, store.dir.parent.parent)
+    records = {
+        t.id: TicketRecord(source=f"{source}/{t.name}", format=t.format, encoding=t.encoding)
+        for t in tickets
+    }
+    store.write_many(
+        [(store.ticket_path(t.id), t.text + "\n") for t in tickets]
+        + [(store.record_path(i), r.model_dump_json()) for i, r in records.items()]
+    )
+
+
+def _meta(
+    workspace: Workspace, store: RunStore, run_config: RunConfig, rejected: list[RejectedFile]
+) -> RunMeta:
+    now = now_iso()
+    return RunMeta(
+        run_id=store.run_id,
+        started_at=now,
+        updated_at=now,
+        workspace=str(workspace.root.resolve()),
+        config=run_config,
+        rejected=rejected,
+    )

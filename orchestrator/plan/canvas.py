@@ -1,0 +1,143 @@
+"""The canvas: which message each step sends, derived from the plan's table.
+
+Each arrow of the plan is a message sent by the task that finishes the step before it,
+carrying only the run folder, the submission's `attempt` id and a ticket id. A whole-run
+step sends the step after it, or, if that one is per-ticket, starts its fan-out: the first
+`pool_size` tickets it takes; each ticket's task that finishes sends the next ticket into its
+slot (no lanes, no waves), and the one that finishes the last sends the barrier — the step
+after, or, when that is per-ticket too, `orchestrator.fan_out` to start it. `submit` starts
+a run, or resumes one, at the first step its records show unfinished.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import redis
+
+from orchestrator.broker.app import app
+from orchestrator.plan import events, fanout
+from orchestrator.plan.steps import Plan, Step
+from orchestrator.run.records import RunRecord
+from orchestrator.run.store import RunStore
+
+FAN_OUT_TASK = "orchestrator.fan_out"  # starts a per-ticket step after another one
+
+log = logging.getLogger(__name__)
+
+
+def submit(r: redis.Redis, plan: Plan, store: RunStore, record: RunRecord, attempt: str) -> None:
+    """Send the first unfinished step of the run (the last one again if all are done: it
+    reports the verdict it recorded)."""
+    events.mark_submitted(r, store.run_id, attempt)
+    step = plan.first_unfinished(record) or plan.steps[-1]
+    if step.per_ticket:
+        fan_out(r, plan, step, store, attempt, takers(record, step), record.config.pool_size)
+    else:
+        _send(step.task, str(store.dir), attempt)
+
+
+def takers(record: RunRecord, step: Step) -> list[str]:
+    """The tickets a per-ticket step takes: those with the status it takes."""
+    return [i for i, t in record.tickets.items() if t.status is step.takes]
+
+
+def fan_out(
+    r: redis.Redis,
+    plan: Plan,
+    step: Step,
+    store: RunStore,
+    attempt: str,
+    ticket_ids: list[str],
+    pool: int,
+) -> None:
+    """Start the fan-out of a per-ticket step over `ticket_ids`; with none to take, go
+    straight to its barrier."""
+    first = fanout.start(r, fanout.FanOut(store.run_id, attempt, step.name), ticket_ids, pool)
+    if not ticket_ids:
+        _barrier(plan, step, store, attempt)
+    for ticket_id in first:
+        _send(step.task, str(store.dir), attempt, ticket_id)
+
+
+def send_next(
+    r: redis.Redis,
+    plan: Plan,
+    step: Step,
+    store: RunStore,
+    attempt: str,
+    taking: list[str],
+    pool: int,
+) -> None:
+    """A whole-run step finished: send the step after it (a fan-out over `taking`, at most
+    `pool` in flight, if it is per-ticket)."""
+    after = plan.after(step)
+    if after is None:
+        return
+    if after.per_ticket:
+        fan_out(r, plan, after, store, attempt, taking, pool)
+    else:
+        _send(after.task, str(store.dir), attempt)
+
+
+def hand_on(
+    r: redis.Redis, plan: Plan, step: Step, store: RunStore, attempt: str, ticket_id: str
+) -> None:
+    """A ticket is done: send the next one into its slot, and the barrier after the last."""
+    handoff = fanout.advance(r, fanout.FanOut(store.run_id, attempt, step.name), ticket_id)
+    if handoff.lost:
+        log.warning(
+            "run %s: the broker lost the %s fan-out (restarted without its data); %s is "
+            "recorded, and `ticketgraph resume %s` finishes the run",
+            store.run_id,
+            step.name,
+            ticket_id,
+            store.run_id,
+        )
+        return
+    if handoff.next_ticket is not None:
+        _send(step.task, str(store.dir), attempt, handoff.next_ticket)
+    if handoff.barrier:
+        _barrier(plan, step, store, attempt)
+
+
+def sweep(r: redis.Redis, plan: Plan, store: RunStore, attempt: str, age_s: float) -> int:
+    """Send again what was sent `age_s` ago and never taken (its message died with a worker
+    between the broker handing it out and the worker recording it); return how many.
+
+    A duplicate is harmless: whichever copy starts first holds the ticket, the other steps
+    aside, and a barrier's steps are idempotent.
+    """
+    resent = 0
+    for step in (s for s in plan if s.per_ticket):
+        lost = fanout.sweep(r, fanout.FanOut(store.run_id, attempt, step.name), age_s)
+        for ticket_id in lost.tickets:
+            _send(step.task, str(store.dir), attempt, ticket_id)
+        if lost.barrier:
+            _barrier(plan, step, store, attempt)
+        resent += len(lost.tickets) + lost.barrier
+        if lost.tickets or lost.barrier:
+            names = [*lost.tickets, *(["the barrier"] if lost.barrier else [])]
+            log.warning(
+                "run %s: %s sent again (lost with a worker): %s",
+                store.run_id,
+                step.name,
+                ", ".join(names),
+            )
+    return resent
+
+
+def _barrier(plan: Plan, step: Step, store: RunStore, attempt: str) -> None:
+    """What follows the last ticket of a per-ticket step: the next step, or the start of the
+    next per-ticket step's fan-out."""
+    after = plan.after(step)
+    if after is None:
+        return
+    if after.per_ticket:
+        _send(FAN_OUT_TASK, str(store.dir), attempt, after.name)
+    else:
+        _send(after.task, str(store.dir), attempt)
+
+
+def _send(task: str, *args: str) -> None:
+    app.send_task(task, args=list(args), ignore_result=True)

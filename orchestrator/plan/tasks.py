@@ -1,0 +1,310 @@
+"""The Celery tasks: one per step of the plan, made from its table by `register` (the one way
+tasks are registered), and `orchestrator.fan_out`, which starts a per-ticket step that
+follows another. Every worker imports this module (the app's `include`).
+
+A task is thin: it takes references (a run folder, the submission's attempt id, a ticket
+id), takes its fence (run/fence.py: a copy superseded by a newer delivery writes nothing),
+calls the step's function, sends what the plan says comes next (plan/canvas.py), and
+returns a small summary.
+
+Per-ticket tasks never raise: a failure is recorded on the ticket and its slot is handed on,
+so one bad ticket cannot stall its fan-out. Whole-run steps that raise mark the run crashed
+and tell the waiting CLI before Celery sees the error. Every task runs under its soft and
+hard time limits (broker/timelimits.py) and rides out a broker outage (broker/outage.py);
+one that outlasts the outage window is rejected back to the queue, never acknowledged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import redis
+from celery import Task
+from celery.exceptions import Reject
+
+from orchestrator.broker import outage, timelimits
+from orchestrator.broker.app import OUTAGE_CONF_KEY, app, worker_llm
+from orchestrator.errors import RunStateError, RunStorageError
+from orchestrator.plan import canvas, events, fanout, keys
+from orchestrator.plan.steps import PLAN, Plan, Step
+from orchestrator.run import ending, ids, lease
+from orchestrator.run.fence import EpochFence, path
+from orchestrator.run.records import RunPhase
+from orchestrator.run.store import RunStore
+from orchestrator.steps.agent import TIME_LIMIT, shared_client
+from orchestrator.steps.context import Context, fan_in
+from workers.errors import Superseded
+
+T = TypeVar("T")
+Summary = dict[str, Any]
+
+log = logging.getLogger(__name__)
+
+_registered: list[Plan] = []
+
+
+def register(plan: Plan) -> None:
+    """Make the app's tasks those of `plan`, replacing any registered before."""
+    if _registered:  # another plan's tasks, made on first use: make them now, then replace
+        for name in [*(s.task for s in _registered[0]), canvas.FAN_OUT_TASK]:
+            app.tasks.pop(name, None)
+    for step in plan:
+        _per_ticket_task(plan, step) if step.per_ticket else _whole_run_task(plan, step)
+    _fan_out_task(plan)
+    _registered[:] = [plan]
+
+
+def registered() -> Plan:
+    """The plan the app's tasks run."""
+    return _registered[0]
+
+
+def warm_up() -> None:
+    """Build what every task needs once, before worker processes are forked from this one.
+
+    The model client costs about 80 ms to build (its SSL context); built here, each forked
+    process starts with it instead of paying for it in its first ticket. It holds no
+    connection yet, so nothing is shared across the fork.
+    """
+    shared_client(worker_llm())
+    "".encode("idna")  # the first request imports the idna codec
+
+
+# --- the three kinds of task ----------------------------------------------------------------
+
+
+def _whole_run_task(plan: Plan, step: Step) -> None:
+    @app.task(name=step.task)
+    def whole_run(run_dir: str, attempt: str) -> Summary:
+        return _whole_run(plan, step, run_dir, attempt)
+
+    whole_run.__doc__ = f"The whole-run step {step.name} of a run (plan/steps.py)."
+
+
+def _per_ticket_task(plan: Plan, step: Step) -> None:
+    @app.task(name=step.task, bind=True)
+    def per_ticket(task: Task, run_dir: str, attempt: str, ticket_id: str) -> Summary:
+        return _per_ticket(task, plan, step, run_dir, attempt, ticket_id)
+
+    per_ticket.__doc__ = f"The per-ticket step {step.name} of one ticket (plan/steps.py)."
+
+
+def _fan_out_task(plan: Plan) -> None:
+    @app.task(name=canvas.FAN_OUT_TASK)
+    def start_fan_out(run_dir: str, attempt: str, name: str) -> Summary:
+        """Start a per-ticket step that follows another one, once its last ticket is done."""
+        return _start_fan_out(plan, plan[name], run_dir, attempt)
+
+
+# --- whole-run steps ------------------------------------------------------------------------
+
+
+def _whole_run(plan: Plan, step: Step, run_dir: str, attempt: str) -> Summary:
+    """Run a whole-run step as the newest copy of it; then send what follows, or end the
+    wait of the run's CLI. If the step raises, the run is marked crashed first."""
+    ctx = _context(step, run_dir)
+    if ctx.meta.status is not RunPhase.RUNNING:  # stopped or timed out while queued
+        return {"step": step.name, "status": f"run {ctx.meta.status.value}"}
+    r = _redis()
+    before = plan.before(step)
+    if before is not None and before.per_ticket:
+        _take_barrier(r, ctx, attempt, before)
+    try:
+        result = _fenced(ctx, f"_{step.name}", lambda: _close_then_run(ctx, before, step))
+    except Superseded:  # a newer copy of this step goes on
+        return {"step": step.name, "status": "superseded"}
+    run_id = ctx.store.run_id
+    _broker(lambda: events.publish(r, run_id, "node_end", node=step.node), "telling")
+    meta = ctx.store.meta()
+    if meta.status is not RunPhase.RUNNING:  # it ended the run: its verdict, or a stop
+        code = meta.exit_code
+        _broker(lambda: events.publish(r, run_id, "run_end", exit_code=code), "ending a run")
+        return {"step": step.name, "exit_code": code}
+    taking = result if isinstance(result, list) else []
+    pool = meta.config.pool_size
+    send = lambda: canvas.send_next(r, plan, step, ctx.store, attempt, taking, pool)  # noqa: E731
+    _broker(send, "sending the next step")
+    return {"step": step.name, "tickets": len(taking)}
+
+
+def _close_then_run(ctx: Context, before: Step | None, step: Step) -> Any:
+    """Close the per-ticket step before `step` (its tickets are all done), then run `step`."""
+    if before is not None and before.per_ticket:
+        _close_fan_out(ctx, before)
+    return step.run(ctx)
+
+
+def _start_fan_out(plan: Plan, step: Step, run_dir: str, attempt: str) -> Summary:
+    """The barrier between two per-ticket steps: close the first, fan the second out."""
+    before = plan.before(step)
+    if before is None:  # the plan's table never lets a fan-out start the run
+        raise ValueError(f"{step.name} follows no step: nothing to start it after")
+    ctx = _context(before, run_dir)
+    if ctx.meta.status is not RunPhase.RUNNING:
+        return {"step": step.name, "status": f"run {ctx.meta.status.value}"}
+    r = _redis()
+    _take_barrier(r, ctx, attempt, before)
+    try:
+        record = _fenced(ctx, f"_{step.name}-start", lambda: _closed_record(ctx, before))
+    except Superseded:
+        return {"step": step.name, "status": "superseded"}
+    taking, pool = canvas.takers(record, step), record.config.pool_size
+    fan = lambda: canvas.fan_out(r, plan, step, ctx.store, attempt, taking, pool)  # noqa: E731
+    _broker(fan, "fanning out")
+    return {"step": step.name, "tickets": len(taking)}
+
+
+def _closed_record(ctx: Context, before: Step) -> Any:
+    _close_fan_out(ctx, before)
+    return ctx.store.materialise()
+
+
+def _close_fan_out(ctx: Context, step: Step) -> None:
+    """Close a per-ticket step's node with the sum of its tickets' usage (and rounds)."""
+    tickets = ctx.store.tickets()
+    usage, rounds = fan_in(tickets, step.name, step.rounds)
+    Context(ctx.store, ctx.llm, step.name, step.node).close_node(usage, rounds)
+
+
+def _fenced(ctx: Context, name: str, body: Callable[[], T]) -> T:
+    """Run `body` as the newest copy of a whole-run step (fence `name`), under the task's
+    time limits; a crash is recorded and re-raised, a takeover traced and re-raised."""
+    ctx.store = ctx.store.fenced(EpochFence.take(path(ctx.store.dir, name)))
+    hard = TimeoutError(f"{ctx.step}: still running at the hard time limit")
+    try:
+        with _limited(ctx, ctx.step, lambda: _crashed(ctx, hard)):
+            return body()
+    except Superseded as exc:
+        _superseded(ctx, None, exc)
+        raise
+    except Exception as exc:
+        _crashed(ctx, exc)
+        raise
+
+
+# --- per-ticket steps -----------------------------------------------------------------------
+
+
+def _per_ticket(
+    task: Task, plan: Plan, step: Step, run_dir: str, attempt: str, ticket_id: str
+) -> Summary:
+    """Hold the ticket, run its step (a failure becomes its verdict), hand its slot on."""
+    ids.ticket(ticket_id)  # from a message: never made into a path unless a plain name
+    ctx, r = _context(step, run_dir), _redis()
+    if ctx.meta.status is not RunPhase.RUNNING:
+        return {"ticket": ticket_id, "status": f"run {ctx.meta.status.value}"}  # pay nothing
+    fan = fanout.FanOut(ctx.store.run_id, attempt, step.name)
+    limit = int(app.conf.task_time_limit or 0) + 60
+    delivery = task.request.id or ""
+    if not _broker(lambda: fanout.hold(r, fan, ticket_id, delivery, limit), "holding"):
+        return {"ticket": ticket_id, "status": "held elsewhere"}
+
+    def hand_on() -> None:
+        what = f"handing on {ticket_id}"
+        _broker(lambda: canvas.hand_on(r, plan, step, ctx.store, attempt, ticket_id), what)
+
+    try:
+        status = _held(ctx, step, ticket_id, hand_on)
+    except Superseded as exc:  # a newer copy holds the ticket: it hands the slot on
+        _superseded(ctx, ticket_id, exc)
+        return {"ticket": ticket_id, "status": "superseded"}
+    except (OSError, RunStateError) as exc:
+        # The run's files cannot be written (or are damaged): not this ticket's verdict but
+        # the run's crash. The ticket's record still says where it was, so `resume` redoes
+        # it once fixed.
+        _crashed(ctx, exc)
+        return {"ticket": ticket_id, "status": "crashed"}
+    return {"ticket": ticket_id, "status": status}
+
+
+def _held(ctx: Context, step: Step, ticket_id: str, hand_on: Callable[[], None]) -> str:
+    """Take the ticket's newest epoch, run the step through it, hand the slot on; a step
+    already done (this is a redelivery after its verdict) is only handed on."""
+    store = ctx.store
+    held = EpochFence.take_if(
+        path(store.dir, ticket_id), lambda: store.ticket(ticket_id).status is step.takes
+    )
+    if held is None:
+        hand_on()
+        return store.ticket(ticket_id).status.value
+    ctx.store = store.fenced(held)
+    ctx.open_node()
+
+    def out_of_time() -> None:
+        error = "still running at the hard time limit; its worker process was replaced"
+        ctx.fail_ticket(ticket_id, error, stop=TIME_LIMIT)
+        hand_on()
+
+    try:
+        with _limited(ctx, f"{step.name} {ticket_id}", out_of_time):
+            status: str = step.run(ctx, ticket_id)
+    except (OSError, Superseded, RunStateError):
+        raise
+    except Exception as exc:
+        status = ctx.fail_ticket(ticket_id, f"{type(exc).__name__}: {exc}")
+    hand_on()
+    lease.touch(ctx.store)  # the run makes progress: its lease stays live without its CLI
+    return status
+
+
+# --- what every task shares ------------------------------------------------------------------
+
+
+def _context(step: Step, run_dir: str) -> Context:
+    return Context(RunStore(Path(run_dir)), worker_llm(), step.name, step.node)
+
+
+def _redis() -> redis.Redis:
+    return keys.client(app.conf.broker_url)
+
+
+def _broker(fn: Callable[[], T], what: str) -> T:
+    """`fn()` through a broker outage; past the window, the message goes back to the queue
+    (or stays unacknowledged, and comes back when the broker does)."""
+    try:
+        return outage.call(fn, float(app.conf.get(OUTAGE_CONF_KEY) or 0), what)
+    except outage.BROKER_ERRORS as exc:
+        raise Reject(f"broker unreachable while {what}: {exc}", requeue=True) from exc
+
+
+def _take_barrier(r: redis.Redis, ctx: Context, attempt: str, before: Step) -> None:
+    """The barrier after `before`'s fan-out is taken: a sweep never sends it again."""
+    fan = fanout.FanOut(ctx.store.run_id, attempt, before.name)
+    _broker(lambda: fanout.take_barrier(r, fan), "taking a barrier")
+
+
+def _limited(
+    ctx: Context, what: str, on_hard: Callable[[], None]
+) -> contextlib.AbstractContextManager[None]:
+    """The task's soft and hard time limits around its step."""
+    soft = float(app.conf.task_soft_time_limit or 0)
+    hard = float(app.conf.task_time_limit or 0)
+    return timelimits.enforced(ctx.cancel, soft, hard, on_hard, what)
+
+
+def _crashed(ctx: Context, exc: BaseException) -> None:
+    """Mark the run crashed and tell its CLI, with the error in the event too: if the run
+    folder cannot be written (read-only, disk full), the CLI still learns what happened."""
+    error = ending.crash_text(exc)
+    try:
+        ending.crashed(ctx.store, exc)
+    except RunStorageError as unrecorded:
+        error = str(unrecorded)
+        log.error("run %s crashed: %s", ctx.store.run_id, error)
+    run_id = ctx.store.run_id
+    _broker(lambda: events.publish(_redis(), run_id, "run_end", error=error), "ending a run")
+
+
+def _superseded(ctx: Context, ticket_id: str | None, exc: Superseded) -> None:
+    """A stale copy steps aside: say so in the trace (and the worker's log)."""
+    where = f"{ctx.step} {ticket_id}" if ticket_id else ctx.step
+    log.warning("run %s: %s superseded (%s): this copy stops", ctx.store.run_id, where, exc)
+    fields = {"ticket": ticket_id} if ticket_id else {}
+    ctx.tracer(**fields).emit("superseded", epoch=exc.epoch, newest=exc.newest)
+
+
+register(PLAN)

@@ -1,0 +1,70 @@
+"""Where a run ends. Every terminal transition of a run — its verdict, a stop (asked for, a
+signal, a timeout, a broker that lost its data), a crash — goes through `end`: run.json's
+status, exit code and error, one trace event, and run-state.json materialised from the
+records, in that order."""
+
+from __future__ import annotations
+
+from orchestrator.errors import RunStorageError
+from orchestrator.exit_codes import ExitCode
+from orchestrator.run.records import RunPhase, TicketRecord
+from orchestrator.run.store import RunStore
+
+
+def end(
+    store: RunStore,
+    status: RunPhase,
+    exit_code: int,
+    error: str | None = None,
+    event: str | None = None,
+    tickets: dict[str, TicketRecord] | None = None,
+    if_running: bool = False,
+) -> int:
+    """End the run with `status` and `exit_code`; trace `event` (with the error, if any);
+    return the exit code. `if_running`: a run that already ended stays as it ended, and its
+    own exit code is returned. `tickets`: every record, if the caller holds them."""
+    with store.update_meta() as meta:
+        if if_running and meta.status is not RunPhase.RUNNING:
+            return ExitCode.CRASHED if meta.exit_code is None else meta.exit_code
+        meta.end(status, exit_code, error)
+    if event is not None:
+        store.tracer(node="run").emit(event, **({"error": error} if error else {}))
+    store.materialise(tickets)
+    return exit_code
+
+
+def stop_early(store: RunStore, tickets: dict[str, TicketRecord] | None = None) -> int:
+    """End the run at the stop point it was asked to stop at (exit 2, resumable)."""
+    return end(store, RunPhase.STOPPED, ExitCode.STOPPED, tickets=tickets)
+
+
+def stopped(store: RunStore, why: str, if_running: bool = False) -> int:
+    """End the run stopped early, for `why` (a signal, a timeout, a lost broker): exit 2,
+    resumable."""
+    return end(
+        store, RunPhase.STOPPED, ExitCode.STOPPED, why, "run_interrupted", if_running=if_running
+    )
+
+
+def crashed(store: RunStore, exc: BaseException) -> int:
+    """End the run crashed, with the error; return exit code 3.
+
+    If the run folder itself cannot be written (the usual cause of such a crash), raise
+    `RunStorageError` with both errors: the caller reports it, and `resume` works once fixed.
+    """
+    error = crash_text(exc)
+    try:
+        return end(store, RunPhase.CRASHED, ExitCode.CRASHED, error, "run_crashed")
+    except OSError as unwritable:
+        if isinstance(exc, RunStorageError):  # already the story of a crash left unrecorded
+            raise exc from unwritable
+        raise RunStorageError(
+            f"{error} (and the crash could not be recorded: {crash_text(unwritable)})"
+        ) from exc
+
+
+def crash_text(exc: BaseException) -> str:
+    """An error as one line; an OSError names its path."""
+    if isinstance(exc, OSError) and exc.filename is not None:
+        return f"{type(exc).__name__}: {exc.strerror or exc}: {exc.filename}"
+    return f"{type(exc).__name__}: {exc}"

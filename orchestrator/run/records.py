@@ -1,0 +1,220 @@
+"""The records of a run: what run-state.json holds, and the pieces it is materialised from.
+
+A run is kept as small records, each with one writer at a time, so the cost of an update does
+not grow with the number of tickets:
+
+    runs/<run_id>/run.json              RunMeta: config, status, exit code (rare writers)
+    runs/<run_id>/nodes/<node>.json     NodeRecord: the node's opener, then its closer
+    runs/<run_id>/records/<ticket>.json TicketRecord: the task that holds the ticket
+    runs/<run_id>/run-state.json        RunRecord: all of the above, materialised
+
+`RunRecord` keeps the fields run-state.json has always had, so readers of that file see no
+change.
+"""
+
+from __future__ import annotations
+
+import time
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from orchestrator.config.tables import DEFAULT_READS
+from workers.pricing import PriceTable
+
+
+class TicketStatus(StrEnum):
+    """Where a ticket is in the graph."""
+
+    CLAIMED = "claimed"
+    ROUTED = "routed"
+    DRAFTED = "drafted"
+    PASS = "pass"
+    NEEDS_HUMAN = "needs_human"
+
+
+class RunPhase(StrEnum):
+    """Where the run as a whole is."""
+
+    RUNNING = "running"
+    STOPPED = "stopped_early"
+    DONE = "done"
+    CRASHED = "crashed"
+
+
+class NodeRecord(BaseModel):
+    """Time, model calls and tokens of one node (per the seed's summary table)."""
+
+    ms: int = 0
+    calls: int = 0
+    tokens: int = 0
+    status: str = "running"
+    rounds: int | None = None
+    started: float | None = None  # epoch seconds, so any machine can close the node
+    error: str | None = None
+    cost_usd: float = 0.0
+    estimated: int = 0  # replies whose usage the server left out (counted by us)
+
+    @property
+    def done(self) -> bool:
+        """True once the node has been closed."""
+        return self.status == "ok"
+
+    def close(
+        self, calls: int = 0, tokens: int = 0, rounds: int | None = None, usage: Any = None
+    ) -> None:
+        """Close the node with its totals; its time runs from its start to now."""
+        self.ms = round((time.time() - (self.started or time.time())) * 1000)
+        self.calls, self.tokens, self.rounds, self.status = calls, tokens, rounds, "ok"
+        if usage is not None:
+            self.cost_usd, self.estimated = usage.cost_usd, usage.estimated
+
+
+class StepUsage(BaseModel):
+    """What one ticket's step (drafting or review) spent."""
+
+    calls: int = 0
+    tokens: int = 0
+    cost_usd: float = 0.0
+    estimated: int = 0  # replies whose usage the server left out (counted by us)
+
+    def __add__(self, other: StepUsage) -> StepUsage:
+        return StepUsage(
+            calls=self.calls + other.calls,
+            tokens=self.tokens + other.tokens,
+            cost_usd=self.cost_usd + other.cost_usd,
+            estimated=self.estimated + other.estimated,
+        )
+
+
+# Stop reasons of a ticket whose worker gave no answer (as opposed to a gate verdict).
+FAILED_STOPS = frozenset({"worker_failed", "time_limit", "max_turns", "budget"})
+
+
+class TicketRecord(BaseModel):
+    """One ticket's record: the seed's fields plus where it came from and what it cost."""
+
+    category: str | None = None
+    routing: str | None = None  # how the category was decided: matched, clamped, missing
+    routed_as: str | None = None  # the router's own label when it was clamped
+    handler: str | None = None
+    file: str | None = None
+    one_line: str | None = None
+    summary: str | None = None  # the reply's first sentence, up to 100 characters (report)
+    gate_rounds: int = 0
+    gate_reports: list[str] = []
+    stop: str | None = None
+    status: TicketStatus = TicketStatus.CLAIMED
+    source: str
+    format: str | None = None  # txt, md, json or eml
+    encoding: str | None = None  # as the file was decoded
+    error: str | None = None
+    retryable: bool = False  # its failure may pass on a retry (provider down, a crash)
+    failed_in: str | None = None  # the step it failed in: where `resume` takes it up again
+    # Write tool calls interrupted by a crash before their result: maybe done, never redone.
+    unsure_writes: list[str] = []
+    draft: StepUsage = StepUsage()
+    review: StepUsage = StepUsage()
+    spent: dict[str, StepUsage] = {}  # what any other step paid for it, by step
+
+    def spent_in(self, step: str) -> StepUsage:
+        """What `step` paid for this ticket (draft and review keep their own fields)."""
+        if step in ("draft", "review"):
+            return getattr(self, step)  # type: ignore[no-any-return]
+        return self.spent.get(step, StepUsage())
+
+    def spend(self, step: str, usage: StepUsage) -> None:
+        """Add what `step` paid for this ticket."""
+        total = self.spent_in(step) + usage
+        if step in ("draft", "review"):
+            setattr(self, step, total)
+        else:
+            self.spent[step] = total
+
+
+class RoleSettings(BaseModel):
+    """A role's own settings (router, billing, bug) where they differ from the workers'."""
+
+    model: str | None = None
+    max_tokens: int | None = None
+    temperature: float | None = None
+    max_turns: int | None = None
+    budget_usd: float | None = None
+    prompt: str | None = None  # the system prompt's text, read from its prompt_file
+
+
+class RunConfig(BaseModel):
+    """The run's effective configuration, fixed at submit time so every worker agrees."""
+
+    categories: list[str]
+    pool_size: int
+    max_rounds: int
+    filler_phrases: list[str]
+    # Request settings: the workers', and the router's where they differ.
+    max_tokens: int | None = None
+    temperature: float | None = None
+    token_param: str = "max_tokens"
+    router_model: str | None = None
+    router_max_tokens: int | None = None
+    router_temperature: float | None = None
+    tool_call_text_fallback: bool = True
+    evaluator: bool = False
+    evaluator_model: str | None = None
+    evaluator_max_tokens: int | None = 200
+    evaluator_temperature: float | None = 0.0
+    evaluator_budget_usd: float | None = 0.01
+    prices: PriceTable | None = None  # None: the worker's LLM_PRICES (runs from before)
+    gate_off: list[str] = []
+    min_chars: int = 40
+    max_chars: int = 4000
+    model: str
+    max_turns: int
+    budget_usd: float | None
+    stop_after: str | None = None
+    route_chars: int = 2000
+    # category -> the folders/files its tools may read ([tools.reads]).
+    reads: dict[str, list[str]] = Field(default_factory=lambda: dict(DEFAULT_READS))
+    # router / category -> what its table in [harness] sets (runs from before: none).
+    roles: dict[str, RoleSettings] = {}
+    # The nodes of the run's plan that its report lists, in order (the plan's table).
+    nodes: list[str] = ["route", "fanout", "merge", "review"]
+
+
+class RejectedFile(BaseModel):
+    """A file claimed from inbox/ that is not a ticket, and where it went."""
+
+    name: str
+    kind: str
+    reason: str
+    file: str  # relative to the workspace: quarantine/<run_id>/<name>
+
+
+class RunMeta(BaseModel):
+    """run.json: the run as a whole, without its nodes and tickets."""
+
+    version: int = 2
+    run_id: str
+    started_at: str
+    updated_at: str
+    workspace: str
+    status: RunPhase = RunPhase.RUNNING
+    exit_code: int | None = None
+    error: str | None = None
+    config: RunConfig
+    rejected: list[RejectedFile] = []
+
+    def end(self, status: RunPhase, exit_code: int | None, error: str | None = None) -> None:
+        """Set where the run ended and the exit code cron will see."""
+        self.status, self.exit_code, self.error = status, exit_code, error
+
+
+class RunRecord(RunMeta):
+    """The whole run-state.json: the run, its nodes and its tickets."""
+
+    nodes: dict[str, NodeRecord] = {}
+    tickets: dict[str, TicketRecord] = {}
+
+    def done(self, node: str) -> bool:
+        """True once `node` has finished."""
+        return node in self.nodes and self.nodes[node].done

@@ -1,0 +1,313 @@
+"""The files of one run: small records written independently, run-state.json made from them.
+
+Per-ticket steps read and write only their own ticket's record (`records/<ticket>.json`) and
+the small run.json, so an update costs the same at 6 tickets and at 10,000, and no lock is
+taken on the hot path: each ticket has one writer at a time (the task that holds it), and
+every write is atomic (temp file, fsync, rename). A node is opened by whoever creates its
+file first (`os.link` of a complete temp file fails if the name exists). run-state.json is
+materialised from the records by the single-writer steps (route, merge, report), by `status`,
+and at the end. The run folder must be on a volume all workers share (same path everywhere).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import secrets
+import tempfile
+from collections.abc import Iterable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from orchestrator.errors import RunStateError, UsageError
+from orchestrator.run import ids
+from orchestrator.run.records import NodeRecord, RunMeta, RunRecord, TicketRecord
+from workers.fence import UNFENCED, Fence
+from workers.trace import Tracer, now_iso
+
+STATE_FILE = "run-state.json"
+META_FILE = "run.json"
+TRACE_FILE = "run.jsonl"
+REPORT_FILE = "report.txt"
+
+ROUTER = "_router"  # the router's agent files: no ticket id starts with "_"
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def new_run_id() -> str:
+    """A sortable, unique run id: run-YYYYMMDD-HHMMSS-xxxx."""
+    return f"run-{datetime.now(UTC):%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
+
+
+class RunStore:
+    """The files of one run under `runs/<run_id>/`."""
+
+    def __init__(self, run_dir: Path, fence: Fence = UNFENCED) -> None:
+        # Workers on other machines get this path as is; tasks already carry it absolute.
+        self.dir = run_dir if run_dir.is_absolute() else run_dir.resolve()
+        ids.run(self.dir.name)  # a path from a message or a state file: a plain run folder
+        # Every write goes through it: a task's copy that was superseded writes nothing.
+        self.fence = fence
+
+    def fenced(self, fence: Fence) -> RunStore:
+        """The same run, written through `fence` (one delivery's hold, fence.py)."""
+        return RunStore(self.dir, fence)
+
+    def write(self, path: Path, text: str, durable: bool = True) -> None:
+        """Write one file of the run (or its out/ reply) atomically, through the fence."""
+        self.fence.write(path, text, durable=durable)
+
+    def write_many(self, items: Iterable[tuple[Path, str]]) -> None:
+        """Write many files with one flush, through the fence."""
+        self.fence.write_many(items)
+
+    @property
+    def run_id(self) -> str:
+        """The run id is the folder's name."""
+        return self.dir.name
+
+    @property
+    def state_path(self) -> Path:
+        """run-state.json of this run (materialised)."""
+        return self.dir / STATE_FILE
+
+    @property
+    def meta_path(self) -> Path:
+        """run.json: the run without its nodes and tickets."""
+        return self.dir / META_FILE
+
+    @property
+    def trace_path(self) -> Path:
+        """run.jsonl of this run."""
+        return self.dir / TRACE_FILE
+
+    @property
+    def report_path(self) -> Path:
+        """The printed report of this run."""
+        return self.dir / REPORT_FILE
+
+    def draft_path(self, ticket_id: str) -> Path:
+        """Where the drafting task leaves a draft for merge to publish."""
+        return self.dir / "drafts" / f"{ids.ticket(ticket_id)}.txt"
+
+    def agent_path(self, ticket_id: str, step: str) -> Path:
+        """Harness state of one agent run (resumable without paying twice)."""
+        owner = ticket_id if ticket_id == ROUTER else ids.ticket(ticket_id)
+        return self.dir / "agents" / f"{owner}.{ids.ticket(step)}.json"
+
+    @property
+    def claimed_dir(self) -> Path:
+        """The files this run claimed from inbox/, as they were."""
+        return self.dir / "claimed"
+
+    def ticket_path(self, ticket_id: str) -> Path:
+        """The ticket's text as claimed into the run (later nodes read it from here)."""
+        return self.dir / "tickets" / f"{ids.ticket(ticket_id)}.txt"
+
+    def record_path(self, ticket_id: str) -> Path:
+        """The ticket's record."""
+        return self.dir / "records" / f"{ids.ticket(ticket_id)}.json"
+
+    @property
+    def actions_path(self) -> Path:
+        """What the run's write tools did (one JSON line per effect, e.g. a refund request)."""
+        return self.dir / "actions.jsonl"
+
+    @property
+    def published_path(self) -> Path:
+        """merge's list of the drafts it published to out/, with their summaries."""
+        return self.dir / "published.json"
+
+    def node_path(self, node: str) -> Path:
+        """One node's record."""
+        return self.dir / "nodes" / f"{node}.json"
+
+    def tracer(self, **fields: object) -> Tracer:
+        """A tracer appending to this run's run.jsonl; the run id is the folder's name."""
+        return Tracer(self.trace_path, self.run_id, **fields)
+
+    # --- the run ---------------------------------------------------------------------------
+
+    def meta(self) -> RunMeta:
+        """run.json; `RunStateError` if missing or corrupt."""
+        return _load(RunMeta, self.meta_path)
+
+    def write_meta(self, meta: RunMeta) -> None:
+        """Write run.json atomically."""
+        meta.updated_at = now_iso()
+        self.write(self.meta_path, meta.model_dump_json(indent=2))
+
+    @contextlib.contextmanager
+    def update_meta(self) -> Iterator[RunMeta]:
+        """Read, let the caller change, and write run.json under the run's lock.
+
+        Only whole-run transitions come here (start, stop, crash, verdict): a handful per run.
+        """
+        fd = os.open(self.dir / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            meta = self.meta()
+            yield meta
+            self.write_meta(meta)
+        finally:
+            os.close(fd)  # closing the descriptor releases the lock
+
+    # --- tickets ---------------------------------------------------------------------------
+
+    def ticket(self, ticket_id: str) -> TicketRecord:
+        """One ticket's record; `RunStateError` naming the ticket and the file if it is gone
+        (the run folder was damaged: the run must not go on as if it had fewer tickets)."""
+        path = self.record_path(ticket_id)
+        try:
+            return _load(TicketRecord, path)
+        except RunStateError:
+            if path.exists():
+                raise
+            raise RunStateError(
+                f"the record of ticket {ticket_id} is missing: {path} (the run folder was "
+                f"damaged; restore the file, or `ticketgraph requeue {self.run_id} "
+                f"{ticket_id}` to run it again in a new run)"
+            ) from None
+
+    def save_ticket(self, ticket_id: str, record: TicketRecord) -> None:
+        """Write one ticket's record (its holder is the only writer)."""
+        self.write(self.record_path(ticket_id), record.model_dump_json())
+
+    def save_tickets(self, records: dict[str, TicketRecord]) -> None:
+        """Write many tickets' records with one flush (a single-writer step: route, claim)."""
+        self.write_many((self.record_path(i), r.model_dump_json()) for i, r in records.items())
+
+    def ticket_ids(self) -> list[str]:
+        """Every ticket of the run, sorted: those it claimed (their texts) and those with a
+        record, so a file lost from either folder is found, not a ticket quietly dropped."""
+        claimed = _names(self.dir / "tickets", ".txt")
+        return sorted(claimed | _names(self.dir / "records", ".json"))
+
+    def tickets(self) -> dict[str, TicketRecord]:
+        """Every ticket's record, by id (reads one file per ticket: for single-writer steps)."""
+        return {ticket_id: self.ticket(ticket_id) for ticket_id in self.ticket_ids()}
+
+    # --- nodes -----------------------------------------------------------------------------
+
+    def node(self, name: str) -> NodeRecord | None:
+        """One node's record, or None if the node has not started."""
+        path = self.node_path(name)
+        return _load(NodeRecord, path) if path.exists() else None
+
+    def open_node(self, name: str, record: NodeRecord) -> bool:
+        """Create the node's record unless it exists; True if this call created it."""
+        path = self.node_path(name)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                handle.write(record.model_dump_json())
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.link(tmp, path)  # atomic create-if-absent, complete from its first moment
+            return True
+        except FileExistsError:
+            return False
+        finally:
+            os.unlink(tmp)
+
+    def save_node(self, name: str, record: NodeRecord) -> None:
+        """Write one node's record."""
+        self.write(self.node_path(name), record.model_dump_json())
+
+    def nodes(self) -> dict[str, NodeRecord]:
+        """Every started node's record, by name."""
+        folder = self.dir / "nodes"
+        names = sorted(os.listdir(folder)) if folder.is_dir() else []
+        return {
+            n[: -len(".json")]: _load(NodeRecord, folder / n) for n in names if n.endswith(".json")
+        }
+
+    # --- the whole run ---------------------------------------------------------------------
+
+    def published(self) -> dict[str, str]:
+        """What merge published to out/: ticket id -> one-line summary (empty before merge)."""
+        if not self.published_path.exists():
+            return {}
+        return dict(json.loads(self.published_path.read_bytes()))
+
+    def save_published(self, summaries: dict[str, str]) -> None:
+        """Record what merge published, in one file (merge is the only writer)."""
+        self.write(self.published_path, json.dumps(summaries, ensure_ascii=False))
+
+    def read(self, tickets: dict[str, TicketRecord] | None = None) -> RunRecord:
+        """The whole run, assembled from its records (what run-state.json shows).
+
+        A ticket merge published and review has not taken yet shows its out/ file and
+        summary from published.json; a caller that holds every record passes `tickets`.
+        """
+        tickets = self.tickets() if tickets is None else tickets
+        for ticket_id, one_line in self.published().items():
+            ticket = tickets.get(ticket_id)
+            if ticket is not None and ticket.file is None:
+                ticket.file, ticket.one_line = f"out/{ticket_id}.txt", one_line
+        return RunRecord(**dict(self.meta()), nodes=self.nodes(), tickets=tickets)
+
+    def materialise(self, tickets: dict[str, TicketRecord] | None = None) -> RunRecord:
+        """Assemble the whole run and write it to run-state.json; return it."""
+        record = self.read(tickets)
+        self.write(self.state_path, record.model_dump_json(indent=2))
+        return record
+
+    def materialised(self) -> RunRecord:
+        """run-state.json as last materialised (one file read, however many tickets)."""
+        return _load(RunRecord, self.state_path)
+
+
+def _names(folder: Path, suffix: str) -> set[str]:
+    """The stems of `folder`'s files ending in `suffix` (none if there is no folder)."""
+    names = os.listdir(folder) if folder.is_dir() else []
+    return {n[: -len(suffix)] for n in names if n.endswith(suffix) and not n.startswith(".")}
+
+
+def _load(model: type[M], path: Path) -> M:
+    """A record file parsed as `model`; `RunStateError` if missing or corrupt."""
+    try:
+        return model.model_validate(json.loads(path.read_bytes()))
+    except FileNotFoundError as exc:
+        raise RunStateError(f"no run state at {path}") from exc
+    except ValidationError as exc:  # before ValueError: it is one, with many lines
+        raise RunStateError(f"corrupt run state at {path}: {_first_error(exc)}") from None
+    except ValueError as exc:
+        raise RunStateError(f"corrupt run state at {path}: not JSON ({exc})") from None
+
+
+def _first_error(exc: ValidationError) -> str:
+    """A validation error in one line: where, what, and how many more."""
+    errors = exc.errors()
+    where = ".".join(map(str, errors[0]["loc"])) or "the file"
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return f"{where}: {errors[0]['msg']}{more}"
+
+
+def link_latest(workspace_root: Path, store: RunStore) -> None:
+    """Point <workspace>/run-state.json and run.jsonl at this run's files (atomic swap)."""
+    for name in (STATE_FILE, TRACE_FILE):
+        link = workspace_root / name
+        tmp = workspace_root / f".{name}.{secrets.token_hex(4)}.tmp"
+        tmp.symlink_to(os.path.relpath(store.dir / name, workspace_root))
+        os.replace(tmp, link)
+
+
+def find(workspace_root: Path, run_id: str) -> RunStore:
+    """The store of `run_id` in this workspace; `RunStateError` if there is none (a run id
+    that is not a plain name, e.g. `../elsewhere/x`, never becomes a path)."""
+    try:
+        ids.run(run_id)
+    except RunStateError as exc:
+        raise UsageError(str(exc)) from None
+    store = RunStore(workspace_root / "runs" / run_id)
+    if not store.meta_path.exists():
+        raise UsageError(f"no run {run_id!r} under {workspace_root / 'runs'} (see `ls runs/`)")
+    return store

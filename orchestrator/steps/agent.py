@@ -1,0 +1,172 @@
+"""Run one harness agent for a step: the graph calls the harness here and nowhere else."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from orchestrator.run.records import RoleSettings, RunConfig, StepUsage
+from orchestrator.steps.context import Context
+from workers import loop
+from workers.client import ModelClient, RequestParams
+from workers.settings import HarnessSettings
+from workers.state import RunState, RunStatus, new_run
+from workers.tools import Catalog, Tool
+from workers.trace import Tracer
+
+TIME_LIMIT = "time_limit"  # the cancel reason of a task that reached its soft limit
+
+_clients: dict[str, ModelClient] = {}
+_clients_lock = threading.Lock()
+
+
+@dataclass
+class AgentResult:
+    """What a node needs from an agent run: the text, how it ended, and what it cost."""
+
+    text: str | None
+    status: RunStatus
+    error: str | None
+    usage: StepUsage
+    retryable: bool = False
+    stopped_by: str | None = None  # why a cancelled run stopped (time_limit, ...)
+    unsure_writes: list[str] = field(default_factory=list)  # interrupted writes: check them
+
+    @property
+    def stop(self) -> str:
+        """The ticket's stop reason when this run did not produce an answer: its own cap
+        (`max_turns`, `budget`), the task's `time_limit`, or `worker_failed`."""
+        if self.stopped_by == TIME_LIMIT:
+            return "time_limit"
+        return {
+            RunStatus.MAX_TURNS_EXCEEDED: "max_turns",
+            RunStatus.BUDGET_EXCEEDED: "budget",
+        }.get(self.status, "worker_failed")
+
+    @property
+    def ok(self) -> bool:
+        """True if the agent completed with an answer."""
+        return self.status is RunStatus.COMPLETED and bool(self.text)
+
+
+def run_agent(
+    ctx: Context,
+    role: str,
+    system: str,
+    task: str,
+    state_path: Path,
+    tracer: Tracer,
+    tools: list[Tool] | None = None,
+) -> AgentResult:
+    """Run (or resume from `state_path`) one agent of `role` (router, evaluator or a worker
+    category) for a step; its state is saved after every step, through the step's fence (a
+    superseded copy raises `Superseded`). The step's cancel token stops it at once, even
+    mid-request or in a tool."""
+    config = ctx.meta.config
+    how = role_of(config, role)
+    state = (
+        RunState.load(state_path)
+        if state_path.exists()
+        else new_run(_prompt(how, config) or system, task, how.model)
+    )
+    harness = loop.Harness(
+        client=shared_client(ctx.llm),
+        catalog=Catalog(tools or []),
+        price=(config.prices or ctx.llm.prices).for_model(state.model),
+        caps=loop.Caps(max_turns=how.max_turns, budget_usd=how.budget_usd),
+        tracer=tracer.bind(agent_run_id=state.run_id),
+        state_path=state_path,
+        cancel=ctx.cancel,
+        params=how.params,
+        tool_call_text_fallback=config.tool_call_text_fallback,
+        fence=ctx.store.fence,
+    )
+    state = loop.run(state, harness)
+    stopped_by = (
+        state.interruption.reason
+        if state.status is RunStatus.INTERRUPTED and state.interruption is not None
+        else None
+    )
+    return AgentResult(
+        text=state.output,
+        status=state.status,
+        error=state.error or _stop_reason(state),
+        usage=StepUsage(
+            calls=state.usage.requests,
+            tokens=state.usage.total_tokens,
+            cost_usd=state.cost_usd,
+            estimated=state.usage.estimated_requests,
+        ),
+        retryable=state.retryable or stopped_by == TIME_LIMIT,
+        stopped_by=stopped_by,
+        unsure_writes=list(state.unsure_calls),
+    )
+
+
+@dataclass
+class Role:
+    """How one role's agent runs: model, request settings, limits and system prompt."""
+
+    model: str
+    params: RequestParams
+    max_turns: int
+    budget_usd: float | None
+    prompt: str | None  # None: the built-in prompt
+
+
+def role_of(config: RunConfig, role: str) -> Role:
+    """The settings of an agent run by its role: router, evaluator or a worker category.
+    A role's own table ([harness.router], [harness.billing], ...) wins; what it leaves
+    unset is the workers' ([harness])."""
+    own = config.roles.get(role, RoleSettings())
+    if role == "router":
+        max_tokens, temperature = config.router_max_tokens, config.router_temperature
+        model, budget = config.router_model or config.model, config.budget_usd
+    elif role == "evaluator":
+        max_tokens, temperature = config.evaluator_max_tokens, config.evaluator_temperature
+        model, budget = config.evaluator_model or config.model, config.evaluator_budget_usd
+    else:
+        max_tokens, temperature = config.max_tokens, config.temperature
+        model, budget = config.model, config.budget_usd
+    params = RequestParams(
+        max_tokens=own.max_tokens or max_tokens,
+        temperature=temperature if own.temperature is None else own.temperature,
+        token_param=config.token_param,  # type: ignore[arg-type]
+    )
+    return Role(
+        model=own.model or model,
+        params=params,
+        max_turns=own.max_turns or config.max_turns,
+        budget_usd=own.budget_usd or budget,
+        prompt=own.prompt,
+    )
+
+
+def _prompt(role: Role, config: RunConfig) -> str | None:
+    """The role's own system prompt, with {categories} filled in."""
+    if role.prompt is None:
+        return None
+    return role.prompt.replace("{categories}", ", ".join(config.categories))
+
+
+def shared_client(llm: HarnessSettings) -> ModelClient:
+    """One model client per endpoint per process, shared by all tasks and threads.
+
+    Creating an httpx client costs 30-60 ms here (it builds an SSL context), more than the
+    rest of a short agent run; a shared one also keeps its connections warm. It is created
+    lazily, so a prefork worker builds its own after the fork.
+    """
+    key = llm.model_dump_json()
+    with _clients_lock:
+        if key not in _clients:
+            _clients[key] = ModelClient(llm)
+        return _clients[key]
+
+
+def _stop_reason(state: RunState) -> str | None:
+    if state.status is RunStatus.COMPLETED:
+        return None if state.output else "the agent completed with an empty answer"
+    if state.interruption is not None and state.interruption.reason:
+        return f"the agent stopped: {state.status.value} ({state.interruption.reason})"
+    return f"the agent stopped: {state.status.value}"

@@ -1,0 +1,99 @@
+"""What a step needs (the run's files, the model endpoint, a cancel token, the node it
+records), and the few things every step does with its node and its tickets.
+
+A step's node is its line in run-state.json, the trace and the report (`nodes/<node>.json`).
+A whole-run step opens and closes its own node; a per-ticket step's node is opened by the
+first of its tasks and closed, with the sum of its tickets' usage, by the step after it
+(plan/tasks.py), so no ticket's task ever writes a record another ticket's task writes.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from dataclasses import dataclass, field
+
+from orchestrator.run.records import NodeRecord, RunMeta, StepUsage, TicketRecord, TicketStatus
+from orchestrator.run.store import RunStore
+from workers.cancel import CancelToken
+from workers.settings import HarnessSettings
+from workers.trace import Tracer
+
+
+@dataclass
+class Context:
+    """One step's view of a run: its files (written through the task's fence), this worker's
+    model endpoint, the token that stops its agents (the soft time limit sets it), and the
+    step's name and the node it records."""
+
+    store: RunStore
+    llm: HarnessSettings
+    step: str = "run"
+    node: str = "run"
+    cancel: CancelToken = field(default_factory=CancelToken)
+
+    @functools.cached_property
+    def meta(self) -> RunMeta:
+        """run.json as this step found it (config, workspace)."""
+        return self.store.meta()
+
+    def tracer(self, **fields: object) -> Tracer:
+        """A tracer for this run with the step's node (and any `fields`) on every line."""
+        return self.store.tracer(node=self.node, **fields)
+
+    def ticket_text(self, ticket_id: str) -> str:
+        """The ticket's text as claimed into the run folder."""
+        return self.store.ticket_path(ticket_id).read_text(encoding="utf-8")
+
+    # --- the step's node --------------------------------------------------------------------
+
+    def node_done(self) -> bool:
+        """True once this step's node has been closed (the step finished before)."""
+        record = self.store.node(self.node)
+        return record is not None and record.done
+
+    def open_node(self) -> None:
+        """Open the node once per run (whoever gets here first), tracing node_start."""
+        if self.store.open_node(self.node, NodeRecord(started=time.time())):
+            self.tracer().emit("node_start")
+
+    def close_node(self, usage: StepUsage | None = None, rounds: int | None = None) -> None:
+        """Close the node with its totals (unless closed already) and trace node_end."""
+        record = self.store.node(self.node) or NodeRecord(started=time.time())
+        if record.done:
+            return
+        usage = usage or StepUsage()
+        record.close(usage.calls, usage.tokens, rounds, usage=usage)
+        self.store.save_node(self.node, record)
+        self.tracer().emit("node_end", ms=record.ms, calls=record.calls, tokens=record.tokens)
+
+    # --- a ticket's failure -----------------------------------------------------------------
+
+    def fail_ticket(
+        self,
+        ticket_id: str,
+        error: str,
+        handler: str | None = None,
+        usage: StepUsage | None = None,
+        retryable: bool = True,
+        stop: str = "worker_failed",
+    ) -> str:
+        """Record a ticket's failure in this step as its verdict; the batch goes on.
+        `retryable`: `resume` tries it again (a provider outage, a crash of ours, a time
+        limit); `stop`: worker_failed, time_limit, max_turns or budget."""
+        ticket = self.store.ticket(ticket_id)
+        ticket.handler = handler or ticket.handler
+        ticket.error, ticket.stop, ticket.status = error, stop, TicketStatus.NEEDS_HUMAN
+        ticket.retryable, ticket.failed_in = retryable, self.step
+        ticket.spend(self.step, usage or StepUsage())
+        self.store.save_ticket(ticket_id, ticket)
+        self.tracer(ticket=ticket_id).emit(stop, error=error)
+        return ticket.status.value
+
+
+def fan_in(
+    tickets: dict[str, TicketRecord], step: str, rounds: bool
+) -> tuple[StepUsage, int | None]:
+    """A per-ticket step's totals over its tickets: usage, and gate rounds if it counts them."""
+    usage = sum((t.spent_in(step) for t in tickets.values()), StepUsage())
+    return usage, (sum(t.gate_rounds for t in tickets.values()) if rounds else None)

@@ -1,0 +1,127 @@
+"""report: the run's verdict and exit code, and the report it prints: the seed's two tables,
+the needs-human list, and where the trace is. A plain function, no model."""
+
+from __future__ import annotations
+
+import re
+
+from orchestrator.exit_codes import ExitCode
+from orchestrator.run import ending
+from orchestrator.run.records import FAILED_STOPS, NodeRecord, RunPhase, RunRecord, TicketStatus
+from orchestrator.steps.context import Context
+from orchestrator.steps.routing import OTHER
+
+ONE_LINE_CHARS = 22
+SUMMARY_CHARS = 100
+
+
+def one_line(text: str) -> str:
+    """The first sentence, cut to 22 characters with an ellipsis (as in the seed)."""
+    head = " ".join(text.strip().split(".")[0].split())
+    return f"{head[:ONE_LINE_CHARS]}…" if len(head) > ONE_LINE_CHARS else head
+
+
+def summary(text: str) -> str:
+    """The reply's first sentence (a full stop followed by a space ends it, so 399.00 does
+    not), up to SUMMARY_CHARS characters: what the report shows a person."""
+    head = " ".join(re.split(r"(?<=[.!?])\s", text.strip(), maxsplit=1)[0].split())
+    return f"{head[:SUMMARY_CHARS]}…" if len(head) > SUMMARY_CHARS else head
+
+
+def _row(cells: list[object], widths: list[int]) -> str:
+    return "".join(f"{c!s:<{w}}" for c, w in zip(cells, widths, strict=False)).rstrip()
+
+
+def node_table(record: RunRecord) -> list[str]:
+    """Per node: time, model calls, tokens, rounds (review only), status."""
+    widths = [10, 9, 7, 8, 8, 8, 10]
+    lines = [
+        "=== Graph run summary ===",
+        _row(["Node", "Time", "Calls", "Tokens", "Rounds", "Status", "Cost"], widths),
+    ]
+    for name in record.config.nodes:
+        node = record.nodes.get(name)
+        if node is None:
+            continue
+        rounds = node.rounds if node.rounds is not None else "-"
+        cost = _usd(node.cost_usd, node.estimated)
+        status = _node_status(record, node)
+        lines.append(
+            _row([name, f"{node.ms}ms", node.calls, node.tokens, rounds, status, cost], widths)
+        )
+    total = sum(n.cost_usd for n in record.nodes.values())
+    estimated = sum(n.estimated for n in record.nodes.values())
+    lines.append(f"Cost of the run: {_usd(total, estimated)}" + _estimated_note(estimated))
+    return lines
+
+
+def _node_status(record: RunRecord, node: NodeRecord) -> str:
+    """A node's status; one left open by a run that is no longer running stopped with it."""
+    if node.done or record.status is RunPhase.RUNNING:
+        return node.status
+    return "crashed" if record.status is RunPhase.CRASHED else "stopped"
+
+
+def _usd(amount: float, estimated: int = 0) -> str:
+    """Dollars to the hundredth of a cent, with `~` when some usage was our own count."""
+    return f"{'~' if estimated else ''}${amount:.4f}"
+
+
+def _estimated_note(estimated: int) -> str:
+    if not estimated:
+        return ""
+    plural = "y" if estimated == 1 else "ies"
+    return f" (~: {estimated} repl{plural} came without usage; counted with o200k_base)"
+
+
+def ticket_table(record: RunRecord) -> list[str]:
+    """Per ticket: category, handler, rounds, stop reason, status, cost (draft + review)."""
+    widths = [9, 10, 17, 8, 15, 12, 10]
+    lines = [
+        "=== Per ticket ===",
+        _row(["Ticket", "Category", "Handler", "Rounds", "Stop", "Status", "Cost"], widths),
+    ]
+    for ticket_id, t in record.tickets.items():
+        spent = t.draft + t.review
+        cells = [ticket_id, t.category or "-", t.handler or "-", t.gate_rounds, t.stop or "-"]
+        cells.append(t.status.value)
+        lines.append(_row([*cells, _usd(spent.cost_usd, spent.estimated)], widths))
+    return lines
+
+
+def render(record: RunRecord) -> str:
+    """The whole report as printed at the end of a run."""
+    needs_human = [(i, t) for i, t in record.tickets.items() if t.status is not TicketStatus.PASS]
+    published = sum(t.file is not None for t in record.tickets.values())
+    plural = "" if len(needs_human) == 1 else "s"
+    lines = [*node_table(record), "", *ticket_table(record), ""]
+    lines.append(f"out/: {published} replies; need a human: {len(needs_human)} ticket{plural}")
+    for ticket_id, t in needs_human:
+        detail = f"error: {t.error}" if t.stop in FAILED_STOPS or t.error else t.summary
+        lines.append(f"  - {ticket_id} ({t.stop or t.status.value}): {detail or t.one_line}")
+        if t.gate_reports:
+            lines.append(f"      gate: {t.gate_reports[-1]}")
+    clamped = [(i, t) for i, t in record.tickets.items() if t.routing == "clamped"]
+    if clamped:
+        lines.append(f"routed to {OTHER} for want of a category: {len(clamped)}")
+        lines += [f"  - {i}: the router said {t.routed_as!r}" for i, t in clamped]
+    if record.rejected:
+        lines.append(f"quarantine/: {len(record.rejected)} files that are not tickets")
+        lines += [f"  - {r.file}: {r.reason}" for r in record.rejected]
+    run_dir = f"runs/{record.run_id}"
+    lines.append(f"Trace: {run_dir}/run-state.json / {run_dir}/run.jsonl (run_id={record.run_id})")
+    return "\n".join(lines) + "\n"
+
+
+def report(ctx: Context) -> int:
+    """Render the report, record the verdict and end the run; return its exit code."""
+    meta = ctx.store.meta()
+    if meta.status is RunPhase.DONE and meta.exit_code is not None:
+        return meta.exit_code
+    tickets = ctx.store.tickets()
+    ctx.open_node()
+    needs_human = [t for t in tickets.values() if t.status is not TicketStatus.PASS]
+    code = ExitCode.NEEDS_HUMAN if needs_human or meta.rejected else ExitCode.ALL_PASS
+    ctx.store.write(ctx.store.report_path, render(ctx.store.read(tickets)))
+    ctx.close_node()
+    return ending.end(ctx.store, RunPhase.DONE, code, tickets=tickets)

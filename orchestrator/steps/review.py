@@ -1,0 +1,183 @@
+"""review: the deterministic gate, and the verify-fix-reverify loop that sends a failing draft
+back to its worker, until it stops on `gate_pass`, `no_progress` (the same report twice),
+`max_rounds` or `no_rewriter` (template drafts); an optional evaluator after the gate."""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from orchestrator.run import ids
+from orchestrator.run.records import StepUsage, TicketRecord, TicketStatus
+from orchestrator.steps import agent, gate, prompts, report, routing
+from orchestrator.steps.agent import AgentResult
+from orchestrator.steps.context import Context
+from orchestrator.steps.draft import worker
+from workers.trace import Tracer
+
+
+def review(ctx: Context, ticket_id: str) -> str:
+    """Gate one draft; while it fails, send it back to its worker; stop on the four reasons."""
+    ticket = ctx.store.ticket(ticket_id)
+    trace = ctx.tracer(ticket=ticket_id)
+    loop = ReviewLoop(ctx, ticket_id, ticket, trace)
+    outcome = loop.run()
+    ticket = loop.ticket
+    ticket.file = f"out/{ticket_id}.txt"
+    ticket.gate_rounds, ticket.gate_reports, ticket.stop = loop.rounds, loop.reports, outcome.stop
+    if outcome.stop == "gate_pass" and ticket.unsure_writes:
+        # The reply may say a refund was filed that a crash cut off: a person checks.
+        calls = ", ".join(ticket.unsure_writes)
+        outcome = Outcome(
+            "write_unsure", f"a write tool call was cut off by a crash ({calls}): check it"
+        )
+        ticket.stop = outcome.stop
+    passed = outcome.stop == "gate_pass"
+    ticket.status = TicketStatus.PASS if passed else TicketStatus.NEEDS_HUMAN
+    ticket.summary = report.summary(loop.text)
+    ticket.one_line, ticket.review, ticket.error = (
+        report.one_line(loop.text),
+        loop.usage,
+        outcome.error,
+    )
+    ticket.retryable = outcome.retryable
+    ctx.store.save_ticket(ticket_id, ticket)
+    trace.emit("verdict", stop=ticket.stop, status=ticket.status.value)
+    return ticket.status.value
+
+
+@dataclass
+class Outcome:
+    """Why the review loop stopped."""
+
+    stop: str
+    error: str | None = None
+    retryable: bool = False
+
+
+class _Stopped(Exception):
+    """The evaluator ended the loop (no verdict, or a failed agent run)."""
+
+    def __init__(self, outcome: Outcome) -> None:
+        super().__init__(outcome.stop)
+        self.outcome = outcome
+
+
+VERDICT = re.compile(r"(PASS|FAIL:\s*\S[^\n]{0,300})")
+
+
+def evaluator_verdict(text: str) -> str | None:
+    """`PASS` or `FAIL: <why>` when the evaluator's whole answer is exactly one of those
+    (one line; `FAIL:` needs a reason); None for anything else."""
+    answer = text.strip()
+    return answer if VERDICT.fullmatch(answer) else None
+
+
+class ReviewLoop:
+    """Verify, fix, re-verify for one ticket, reading and writing its out/ file."""
+
+    def __init__(self, ctx: Context, ticket_id: str, ticket: TicketRecord, trace: Tracer) -> None:
+        self.ctx, self.ticket_id, self.ticket, self.trace = ctx, ticket_id, ticket, trace
+        self.config = ctx.meta.config
+        self.path = ids.out_file(Path(ctx.meta.workspace), ticket_id)
+        self.text = self.path.read_text(encoding="utf-8").strip()
+        self.rounds, self.usage = 0, StepUsage()
+        self.reports: list[str] = []
+
+    @functools.cached_property
+    def sources(self) -> gate.Sources:
+        """What the draft may draw on: its task, the ticket, and every tool result the
+        ticket's agent runs got."""
+        ticket_text = self.ctx.ticket_text(self.ticket_id)
+        facts = [ticket_text]
+        for path in sorted((self.ctx.store.dir / "agents").glob(f"{self.ticket_id}.*.json")):
+            try:
+                messages = json.loads(path.read_text(encoding="utf-8")).get("messages", [])
+            except (OSError, ValueError):
+                continue
+            facts += [m.get("content") or "" for m in messages if m.get("role") == "tool"]
+        return gate.Sources(task=prompts.draft_input(self.ticket_id, ticket_text), facts=facts)
+
+    def check(self) -> gate.GateResult:
+        """Gate the current text and trace the verdict of this round."""
+        rules = gate.Rules(
+            filler_phrases=self.config.filler_phrases,
+            off=frozenset(self.config.gate_off),
+            min_chars=self.config.min_chars,
+            max_chars=self.config.max_chars,
+        )
+        result = gate.check(
+            self.ticket_id, self.text, self.config.filler_phrases, self.sources, rules
+        )
+        self.trace.emit("gate", round=self.rounds, **{"pass": result.passed}, report=result.report)
+        if result.passed and self.config.evaluator:
+            return self.evaluate()
+        return result
+
+    def evaluate(self) -> gate.GateResult:
+        """The model-based check, on a draft the deterministic gate passed: PASS, or a FAIL
+        whose reason goes to the rewriter like a gate report. Anything else stops the loop."""
+        task = prompts.evaluator_input(
+            self.ticket_id, self.ctx.ticket_text(self.ticket_id), self.text
+        )
+        path = self.ctx.store.agent_path(self.ticket_id, f"evaluate-{self.rounds}")
+        result = agent.run_agent(self.ctx, "evaluator", prompts.EVALUATOR, task, path, self.trace)
+        self.usage = self.usage + result.usage  # the evaluator's cost is review's
+        if not result.ok:
+            raise _Stopped(Outcome(result.stop, result.error or "no verdict", result.retryable))
+        verdict = evaluator_verdict(result.text or "")
+        self.trace.emit("evaluated", round=self.rounds, verdict=verdict or "unclear")
+        if verdict is None:
+            shown = (result.text or "").strip()[:120]
+            raise _Stopped(Outcome("evaluator_unclear", f"the evaluator said {shown!r}"))
+        if verdict == "PASS":
+            return gate.GateResult(True, "")
+        return gate.GateResult(False, f"evaluator:{verdict.removeprefix('FAIL:').strip()}")
+
+    def run(self) -> Outcome:
+        """The loop; each `return` is one of the stop reasons."""
+        try:
+            return self._run()
+        except _Stopped as stopped:
+            return stopped.outcome
+
+    def _run(self) -> Outcome:
+        verdict, last_report = self.check(), None
+        while not verdict.passed:
+            self.reports.append(verdict.report)
+            if self.rounds >= self.config.max_rounds:
+                return Outcome("max_rounds")
+            if verdict.report == last_report:
+                return Outcome("no_progress")
+            if self.ticket.handler == "template" or self.ticket.category not in prompts.WORKERS:
+                return Outcome("no_rewriter")
+            last_report, self.rounds = verdict.report, self.rounds + 1
+            if (failed := self.rewrite(verdict.report)) is not None:
+                return Outcome(failed.stop, failed.error or "no rewrite", failed.retryable)
+            verdict = self.check()
+        return Outcome("gate_pass")
+
+    def rewrite(self, gate_report: str) -> AgentResult | None:
+        """Ask the same worker for a corrected draft; return the failed result if it failed."""
+        category = self.ticket.category or routing.OTHER
+        task = prompts.rewrite_input(self.ticket_id, self.text, gate_report)
+        step = f"review-{self.rounds}"
+        result = worker(self.ctx, self.ticket_id, category, step, task, self.trace)
+        self.usage = self.usage + result.usage
+        self.ticket.unsure_writes += [
+            c for c in result.unsure_writes if c not in self.ticket.unsure_writes
+        ]
+        if not result.ok:
+            return result
+        self.trace.emit(
+            "worker_done",
+            round=self.rounds + 1,
+            calls=result.usage.calls,
+            tokens=result.usage.tokens,
+        )
+        self.text = (result.text or "").strip()
+        self.ctx.store.write(self.path, self.text + "\n")
+        return None

@@ -1,0 +1,108 @@
+"""route: one model call classifies every claimed ticket (its labels clamped to the known
+categories); tickets the reply did not name are asked about once more, and those still not
+named need a human (stop `unrouted`), never a template reply."""
+
+from __future__ import annotations
+
+from orchestrator.errors import RouteFailed
+from orchestrator.intake import inbox
+from orchestrator.run import ending
+from orchestrator.run.records import TicketRecord, TicketStatus
+from orchestrator.run.store import ROUTER
+from orchestrator.steps import agent, prompts, routing
+from orchestrator.steps.agent import AgentResult
+from orchestrator.steps.context import Context
+from workers.trace import Tracer
+
+UNROUTED = "unrouted"  # the stop of a ticket the router named no category for, twice
+
+
+def route(ctx: Context) -> list[str]:
+    """Route every claimed ticket; return the tickets drafting should take."""
+    if ctx.node_done():
+        return [i for i, t in ctx.store.tickets().items() if t.status is TicketStatus.ROUTED]
+    ids = ctx.store.ticket_ids()
+    trace = ctx.tracer()
+    ctx.open_node()
+    categories = ctx.meta.config.categories
+    result = _ask(ctx, ids, "route", trace)
+    if not result.ok:
+        again = (
+            "resume retries it"
+            if result.retryable
+            else "fix it, then resume with --retry-failed all"
+        )
+        raise RouteFailed(f"the router did not answer: {result.error} ({again})")
+    decisions = _decide(result.text or "", ids, ids, categories, trace)
+    usage = result.usage
+    if missing := [i for i, d in decisions.items() if d.how == "missing"]:
+        second = _ask(ctx, missing, "route-again", trace)
+        usage = usage + second.usage
+        if not second.ok and second.retryable:  # resume asks again (the first is paid)
+            raise RouteFailed(
+                f"the router did not answer again: {second.error} (resume retries it)"
+            )
+        if second.ok:
+            found = _decide(second.text or "", ids, missing, categories, trace)
+            decisions |= {i: d for i, d in found.items() if d.how != "missing"}
+    tickets = ctx.store.tickets()
+    for ticket_id, decision in decisions.items():
+        _routed(tickets[ticket_id], decision)
+    ctx.store.save_tickets(tickets)
+    for ticket_id, ticket in tickets.items():
+        if ticket.stop == UNROUTED:
+            trace.emit(UNROUTED, ticket=ticket_id, error=ticket.error)
+            trace.emit("verdict", ticket=ticket_id, stop=UNROUTED, status=ticket.status.value)
+        else:
+            trace.emit("routed", ticket=ticket_id, category=ticket.category)
+    ctx.close_node(usage)
+    if ctx.meta.config.stop_after == "route":
+        ending.stop_early(ctx.store, tickets)
+        return []
+    ctx.store.materialise(tickets)
+    return [i for i, t in tickets.items() if t.status is TicketStatus.ROUTED]
+
+
+def _routed(ticket: TicketRecord, decision: routing.Decision) -> None:
+    """Record how the ticket was routed: its category, or, if it has none, a person."""
+    ticket.routing, ticket.routed_as = decision.how, decision.raw
+    if decision.category is None:
+        ticket.status, ticket.stop = TicketStatus.NEEDS_HUMAN, UNROUTED
+        ticket.error = "the router named no category for it, asked twice"
+    else:
+        ticket.category, ticket.status = decision.category, TicketStatus.ROUTED
+
+
+def _ask(ctx: Context, ids: list[str], name: str, trace: Tracer) -> AgentResult:
+    """One routing call about `ids` (its agent state: `_router.<name>`)."""
+    config = ctx.meta.config
+    text = [(i, inbox.route_text(ctx.ticket_text(i), config.route_chars)) for i in ids]
+    return agent.run_agent(
+        ctx,
+        "router",
+        prompts.ROUTER.format(categories=", ".join(config.categories)),
+        prompts.router_input(text),
+        ctx.store.agent_path(ROUTER, name),
+        trace,
+    )
+
+
+def parse(text: str, ids: list[str], allowed: list[str], trace: Tracer) -> dict[str, str]:
+    """Claimed id -> category from the router's reply ('' if none); each decision traced."""
+    return {i: d.category or "" for i, d in _decide(text, ids, ids, allowed, trace).items()}
+
+
+def _decide(
+    text: str, ids: list[str], asked: list[str], allowed: list[str], trace: Tracer
+) -> dict[str, routing.Decision]:
+    """The decisions about `asked` (of the run's claimed `ids`), each traced."""
+    routes = routing.parse(text, ids, allowed)
+    decisions = {i: routes.decisions[i] for i in asked}
+    for ticket_id, decision in decisions.items():
+        if decision.how == "clamped":
+            trace.emit("clamped", ticket=ticket_id, raw=decision.raw, category=decision.category)
+        elif decision.how == "missing":
+            trace.emit("route_missing", ticket=ticket_id)
+    if routes.unclaimed:
+        trace.emit("unclaimed", tickets=routes.unclaimed)
+    return decisions

@@ -1,0 +1,97 @@
+"""The house as a new maintainer reads it: README's layout and docs/state.md match the code,
+and the small things a new user saw are fixed (each through the real CLI)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from tests.orchestrator.conftest import REPO, Cli, state
+
+ORCHESTRATOR = REPO / "orchestrator"
+
+
+def _layout() -> str:
+    readme = (REPO / "README.md").read_text()
+    return readme.split("## Layout", 1)[1].split("```", 2)[1]
+
+
+def test_readme_layout_names_every_room_of_orchestrator_and_nothing_else() -> None:
+    rooms = {p.parent.name for p in ORCHESTRATOR.glob("*/__init__.py")}
+    named = set(re.findall(r"^  (\w+)/", _layout(), flags=re.M))
+    assert named == rooms
+    modules = {p.name for p in ORCHESTRATOR.glob("*.py") if p.name != "__init__.py"}
+    assert all(m in _layout() for m in modules), modules
+    assert len(_layout().splitlines()) <= 25  # one screen
+
+
+def test_docs_state_lists_every_redis_key_the_code_makes() -> None:
+    keys_doc = (ORCHESTRATOR / "plan" / "keys.py").read_text().split('"""')[1]
+    parts = set(re.findall(r"tg:run:\S*?:(\w+)(?::<t>)?\s", keys_doc))
+    state_doc = (REPO / "docs" / "state.md").read_text()
+    assert parts and all(f":{part}" in state_doc for part in parts), parts
+    assert "7-day TTL but the owner keys" in state_doc
+
+
+def test_resume_prints_only_the_steps_it_ran(demo: Path, cli: Cli) -> None:
+    stopped = cli("run", "--stop-after", "merge", cwd=demo)
+    assert stopped.returncode == 2 and "[merge]" in stopped.stdout
+    resumed = cli("resume", state(demo)["run_id"], cwd=demo)
+    assert resumed.returncode == 1, resumed.stderr
+    assert "[review]" in resumed.stdout
+    for line in ("[route]", "[fanout]", "[merge]"):
+        assert line not in resumed.stdout, resumed.stdout
+
+
+def test_one_of_a_thing_is_not_a_plural(demo: Path, cli: Cli) -> None:
+    inbox = demo / "inbox"
+    for n in range(2, 7):
+        (inbox / f"T-100{n}.txt").unlink()
+    done = cli("run", cwd=demo)
+    assert done.returncode == 0, done.stderr
+    assert "received 1 ticket: T-1001" in done.stdout
+    assert "1 draft" in done.stdout and "wrote 1 file to out/" in done.stdout
+    assert "; 1 ticket: 1 pass;" in done.stdout
+    for wrong in ("1 tickets", "1 drafts", "1 files"):
+        assert wrong not in done.stdout
+
+
+def test_runs_and_status_outside_a_workspace_are_the_same_usage_error(
+    cli: Cli, tmp_path: Path
+) -> None:
+    for command in (["runs"], ["status"]):
+        done = cli(*command, cwd=tmp_path)
+        assert done.returncode == 64, done.stdout + done.stderr
+        assert "no workspace at ." in done.stderr
+
+
+def test_the_resume_hint_keeps_the_workspace(demo: Path, cli: Cli, tmp_path: Path) -> None:
+    done = cli("run", "--stop-after", "merge", "--workspace", str(demo), cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    run_id = state(demo)["run_id"]
+    hint = f"ticketgraph resume {run_id} --workspace {demo}"
+    assert hint in done.stdout, done.stdout
+    here = cli("run", "--stop-after", "merge", cwd=demo)
+    assert "--workspace" not in here.stdout  # from inside the workspace, none is needed
+
+
+def test_an_unknown_harness_scenario_is_a_usage_error_listing_them(
+    cli: Cli, tmp_path: Path
+) -> None:
+    done = cli("harness", "nosuch", cwd=tmp_path)
+    assert done.returncode == 64, done.stderr
+    assert "no scenario 'nosuch'" in done.stderr and "research_runaway" in done.stderr
+
+
+def test_a_misspelt_flag_or_command_is_told_the_closest(cli: Cli, tmp_path: Path) -> None:
+    flag = cli("run", "--stop-afer", "merge", cwd=tmp_path)
+    assert flag.returncode == 64 and "Did you mean '--stop-after'?" in flag.stderr
+    command = cli("rnu", cwd=tmp_path)
+    assert command.returncode == 64 and "Did you mean 'run'?" in command.stderr
+
+
+def test_help_is_wrapped_to_the_terminal(cli: Cli, tmp_path: Path) -> None:
+    for command in ("run", "resume", "worker", "flower", "provider", "harness"):
+        done = cli(command, "--help", cwd=tmp_path, env={"COLUMNS": "80"})
+        assert done.returncode == 0
+        assert max(map(len, done.stdout.splitlines())) <= 80, command
