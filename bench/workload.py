@@ -162,7 +162,7 @@ def demo_tickets(workspace: Workspace, scripts: list[dict[str, Any]]) -> tuple[D
     labels = dict(
         _route_line(line) for line in _script(scripts, ROUTER)["replies"][0]["text"].splitlines()
     )
-    workers = set(workspace.config().graph.categories) & set(prompts.WORKERS)
+    workers = set(workspace.config().workers)
     tickets = []
     for path in sorted(workspace.inbox.glob("*.txt")):
         ticket, label = path.stem, labels[path.stem]

@@ -78,14 +78,27 @@ class Workspace:
         return tables.read(self.root / CONFIG_FILE)
 
 
+TEMPLATES = {
+    "demo": "the lesson's demo: six tickets, two workers, a template, scripted replies",
+    "minimal": "a start of your own: two example workers, a template, a tools module, no scripts",
+}
+
+
 def init_demo(root: Path) -> tuple[list[Path], list[Path]]:
     """Copy the demo workspace into `root`; never overwrite. Returns (created, kept)."""
+    return init(root, "demo")
+
+
+def init(root: Path, template: str) -> tuple[list[Path], list[Path]]:
+    """Copy the packaged workspace `template` (TEMPLATES) into `root`; never overwrite.
+    Returns (created, kept)."""
     created: list[Path] = []
     kept: list[Path] = []
-    source = resources.files("orchestrator").joinpath("demo")
-    with resources.as_file(source) as demo:
-        for src in sorted(p for p in demo.rglob("*") if p.is_file()):
-            dest = root / src.relative_to(demo)
+    source = resources.files("orchestrator").joinpath(template)
+    with resources.as_file(source) as folder:
+        files = (p for p in folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+        for src in sorted(files):
+            dest = root / src.relative_to(folder)
             if dest.exists():
                 kept.append(dest)
                 continue
@@ -94,5 +107,6 @@ def init_demo(root: Path) -> tuple[list[Path], list[Path]]:
             # not changed for a moment (a file still being written is never claimed).
             shutil.copy2(src, dest)
             created.append(dest)
-    (root / "out").mkdir(parents=True, exist_ok=True)
+    for folder_name in ("inbox", "out"):
+        (root / folder_name).mkdir(parents=True, exist_ok=True)
     return created, kept

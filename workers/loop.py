@@ -23,7 +23,7 @@ from workers.errors import Cancelled, PermanentToolError, ProviderError, ToolErr
 from workers.fence import UNFENCED, Fence
 from workers.pricing import Price, cost
 from workers.state import Interruption, Message, RunState, RunStatus, ToolCall, pending
-from workers.tools import Catalog, Tool, ToolContext
+from workers.tools import Catalog, Tool, ToolContext, ToolScope
 from workers.trace import Tracer
 
 
@@ -64,6 +64,8 @@ class Harness:
     # Every save goes through it, and it is checked before every model call: a copy of the
     # task that was superseded (see fence.py) stops there with `Superseded`.
     fence: Fence = UNFENCED
+    # The ticket, files and effects log every tool call of this run sees (ToolContext).
+    scope: ToolScope = field(default_factory=ToolScope)
 
 
 def run(state: RunState, h: Harness) -> RunState:
@@ -231,6 +233,9 @@ def _execute(state: RunState, h: Harness, call: ToolCall, tool: Tool, args: Base
         tracer=h.tracer,
         model=state.model,
         call_id=call.id,
+        ticket_id=h.scope.ticket_id,
+        files=h.scope.files,
+        record=h.scope.record,
     )
     try:
         result = tool.run(args, ctx)

@@ -1,21 +1,42 @@
-"""What a tool is to the harness: a schema, two flags, and a function that gets a context.
+"""The tool API: what a tool is to the harness, and `@tool`, which makes one from a plain typed
+Python function.
 
-Arguments are a pydantic model, so the JSON schema sent to the model and the validation of
-what the model sent back come from one definition.
+    from typing import Annotated
+    from pydantic import Field
+    from workers import ToolContext, ToolError, tool
+
+    @tool
+    def track_parcel(
+        tracking_id: Annotated[str, Field(description="the carrier's id, e.g. 1Z999AA1")],
+        ctx: ToolContext,
+    ) -> str:
+        \"\"\"Where a parcel is now, by its carrier tracking id.\"\"\"
+        ...
+        raise ToolError("no parcel 1Z999AA1")  # the model reads this and may try again
+
+The JSON schema the model sees comes from the type hints (a pydantic model built once), the
+description from the docstring's first paragraph, the name from the function. A parameter
+annotated `ToolContext` gets the call's context instead of an argument. `@tool(read_only=
+False)` marks a write: the harness records that it started before running it, so a crash
+never runs it twice. A `ToolError` goes back to the model as data; any other exception is
+the tool failing (the model is told that too, by default).
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
 import json
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ValidationError, create_model
 
 from workers.cancel import CancelToken
 from workers.errors import ToolError
+from workers.sandbox import Sandbox
 from workers.trace import Tracer
 
 
@@ -25,7 +46,8 @@ class NoArgs(BaseModel):
 
 @dataclass
 class ToolContext:
-    """What a running tool may use: the run's cancel token, progress, budget and trace."""
+    """What a running tool may use: the ticket it works for, the files it may read, a record
+    of the effects it has, the cancel token, progress, budget and trace."""
 
     cancel: CancelToken
     progress: Callable[[str], None] = lambda _label: None
@@ -34,6 +56,31 @@ class ToolContext:
     tracer: Tracer = field(default_factory=lambda: Tracer(None, ""))
     model: str = "scripted"
     call_id: str = ""  # the model's id for this call: a write tool's idempotency key
+    ticket_id: str = ""  # the ticket the agent works for ('' outside the graph)
+    files: Sandbox | None = None  # what this worker may read (its `reads`)
+    # Record one effect of a write (e.g. a refund requested) in the run's actions, with the
+    # ticket and the call id; durable before it returns.
+    record: Callable[[dict[str, Any]], None] = lambda _effect: None
+
+    def act(self, action: str, **fields: Any) -> None:
+        """Record that this call did `action` (with `fields`) in the run's actions log."""
+        self.record({"action": action, "ticket": self.ticket_id, "call_id": self.call_id, **fields})
+
+    def readable(self) -> Sandbox:
+        """The files this worker may read; a `ToolError` if it may read none."""
+        if self.files is None or not self.files.roots:
+            raise ToolError("this worker may read no files (its `reads` are empty)")
+        return self.files
+
+
+@dataclass
+class ToolScope:
+    """What every tool call of one agent run shares: the ticket, the files the worker may
+    read, and where effects are recorded (the graph fills it; the harness alone has none)."""
+
+    ticket_id: str = ""
+    files: Sandbox | None = None
+    record: Callable[[dict[str, Any]], None] = lambda _effect: None
 
 
 @dataclass
@@ -46,6 +93,13 @@ class Tool:
     args: type[BaseModel] = NoArgs
     read_only: bool = True
     needs_approval: bool = False
+    function: Callable[..., Any] | None = None  # the function `@tool` made it from
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Call the function the tool was made from, as if undecorated."""
+        if self.function is None:
+            raise TypeError(f"tool {self.name} was not made from a function")
+        return self.function(*args, **kwargs)
 
     def schema(self) -> dict[str, Any]:
         """The tool in the chat-completions `tools` format."""
@@ -68,6 +122,74 @@ class Tool:
                 f"{'.'.join(map(str, e['loc'])) or 'arguments'}: {e['msg']}" for e in exc.errors()
             )
             raise ToolError(f"arguments for {self.name} do not fit its schema: {problems}") from exc
+
+
+@typing.overload
+def tool(fn: Callable[..., Any], /) -> Tool: ...
+
+
+@typing.overload
+def tool(
+    *, name: str | None = None, read_only: bool = True, needs_approval: bool = False
+) -> Callable[[Callable[..., Any]], Tool]: ...
+
+
+def tool(
+    fn: Callable[..., Any] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    read_only: bool = True,
+    needs_approval: bool = False,
+) -> Tool | Callable[[Callable[..., Any]], Tool]:
+    """Make a plain typed function a tool (`@tool`, or `@tool(read_only=False)` for a
+    write): its schema from the type hints, its description from the docstring."""
+
+    def make(f: Callable[..., Any]) -> Tool:
+        return from_function(f, name=name, read_only=read_only, needs_approval=needs_approval)
+
+    return make(fn) if fn is not None else make
+
+
+def from_function(
+    f: Callable[..., Any],
+    name: str | None = None,
+    read_only: bool = True,
+    needs_approval: bool = False,
+) -> Tool:
+    """The tool `@tool` makes of `f`; `TypeError` naming what is missing (a docstring, a
+    type hint)."""
+    tool_name = name or f.__name__
+    description = (inspect.getdoc(f) or "").split("\n\n", 1)[0].replace("\n", " ").strip()
+    if not description:
+        raise TypeError(f"tool {tool_name}: give the function a docstring (the model reads it)")
+    hints = typing.get_type_hints(f, include_extras=True)
+    fields: dict[str, Any] = {}
+    context: str | None = None
+    for param in inspect.signature(f).parameters.values():
+        hint = hints.get(param.name)
+        if hint is ToolContext:
+            context = param.name
+            continue
+        if hint is None:
+            raise TypeError(f"tool {tool_name}: parameter {param.name!r} needs a type hint")
+        default = ... if param.default is inspect.Parameter.empty else param.default
+        fields[param.name] = (hint, default)
+    args = create_model(f"{_camel(tool_name)}Args", **fields) if fields else NoArgs
+
+    @functools.wraps(f)
+    def run(parsed: BaseModel, ctx: ToolContext) -> str:
+        kwargs = {key: getattr(parsed, key) for key in fields}
+        if context is not None:
+            kwargs[context] = ctx
+        result = f(**kwargs)
+        return result if isinstance(result, str) else json.dumps(result, ensure_ascii=False)
+
+    return Tool(tool_name, description, run, args, read_only, needs_approval, f)
+
+
+def _camel(name: str) -> str:
+    return "".join(part.capitalize() for part in name.split("_")) or "Tool"
 
 
 @functools.cache

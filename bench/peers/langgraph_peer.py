@@ -4,8 +4,8 @@
 
 - route: one chat completion (`prompts.ROUTER` with the workspace's categories, user text
   `prompts.router_input`); a label outside the categories, or a missing line, becomes other.
-- draft: the category's worker (`prompts.WORKERS`, `prompts.draft_input`) as a minimal tool
-  loop (`chat.run_agent`), or `prompts.OTHER_TEMPLATE` for other — no model call.
+- draft: the category's worker (the workspace's declared prompt, `prompts.draft_input`) as
+  a minimal tool loop (`chat.run_agent`), or the category's template — no model call.
 - merge: writes out/<id>.txt; only ids, categories and paths go on to review.
 - review: `orchestrator.gate.check` with the workspace's filler phrases; a failing draft goes
   back to its worker (`prompts.rewrite_input`) until gate_pass, no_progress (the same report
@@ -52,6 +52,7 @@ from bench.peers.result import (
     max_rss_mb,
     process_age_s,
 )
+from orchestrator.config import layers
 from orchestrator.config.tables import WorkspaceConfig
 from orchestrator.steps import gate, prompts
 from orchestrator.workspace import Workspace
@@ -140,22 +141,25 @@ class TicketNodes:
 
     def __post_init__(self) -> None:
         self.toolbox = Toolbox(self.root)
+        self.fixed = layers.declared(Workspace(self.root))  # prompts and templates as read
 
     def route(self, state: GraphState) -> dict[str, Any]:
         """One model call classifies every ticket; unknown labels become other."""
         tickets = state["tickets"]
         if not tickets:
             return {"routed": [], "route_usage": Usage()}
-        system = prompts.ROUTER.format(categories=", ".join(self.config.graph.categories))
+        system = prompts.ROUTER.format(categories=", ".join(self.config.categories))
         answer = self.agent(system, prompts.router_input(tickets), [])
-        labels = parse_routes(answer.text, self.config.graph.categories)
+        labels = parse_routes(answer.text, self.config.categories)
         routed = [Routed(t.id, t.text, labels.get(t.id, OTHER)) for t in tickets]
         return {"routed": routed, "route_usage": answer.usage}
 
     def draft(self, ticket: Routed) -> dict[str, list[Draft]]:
         """The category's worker drafts a reply; other gets the template."""
-        if ticket.category not in prompts.WORKERS:
-            text = prompts.OTHER_TEMPLATE.format(ticket_id=ticket.id)
+        if ticket.category not in self.fixed.workers:
+            text = self.fixed.templates[ticket.category].format_map(
+                {"ticket_id": ticket.id, "category": ticket.category, "subject": "", "sender": ""}
+            )
             return {"drafts": [Draft(ticket.id, ticket.category, TEMPLATE, text, Usage())]}
         answer = self.worker(ticket.category, prompts.draft_input(ticket.id, ticket.text))
         handler = f"worker:{ticket.category}"
@@ -204,7 +208,7 @@ class TicketNodes:
             return "max_rounds"
         if len(reports) > 1 and reports[-1] == reports[-2]:
             return "no_progress"
-        if item.handler == TEMPLATE or item.category not in prompts.WORKERS:
+        if item.handler == TEMPLATE or item.category not in self.fixed.workers:
             return "no_rewriter"
         return None
 
@@ -214,7 +218,8 @@ class TicketNodes:
 
     def worker(self, category: str, task: str) -> Answer:
         """One run of the category's worker agent."""
-        return self.agent(prompts.WORKERS[category], task, TOOLS_OF.get(category, []))
+        prompt = self.fixed.workers[category].prompt
+        return self.agent(prompt, task, TOOLS_OF.get(category, []))
 
     def agent(self, system: str, task: str, tools: list[dict[str, Any]]) -> Answer:
         """The tool loop with the workspace's turn limit."""

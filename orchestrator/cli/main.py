@@ -183,21 +183,35 @@ def cli() -> None:
 
 @cli.command()
 @click.argument("folder", type=click.Path(path_type=Path, file_okay=False))
-def init(folder: Path) -> int:
-    """Create the demo workspace.
+@click.option(
+    "--template",
+    type=click.Choice(["demo", "minimal"]),
+    default="demo",
+    show_default=True,
+    help="demo: the lesson's six tickets, two workers, a template and scripted replies; "
+    "minimal: a start of your own (two example workers, a template, a tools module "
+    "skeleton, a real model's settings, no scripts).",
+)
+def init(folder: Path, template: str) -> int:
+    """Create a workspace (the demo, or a start of your own).
 
-    Create a demo workspace in FOLDER: inbox/ with six tickets, kb/, data/, ticketgraph.toml
-    and scenarios/demo.yaml for the scripted provider. Existing files are never overwritten.
+    Create a workspace in FOLDER from a template: its ticketgraph.toml (the categories and
+    the worker of each), prompts/, templates/, a tools module, inbox/ and out/; the demo
+    also has six tickets, kb/, data/ and scenarios/demo.yaml for the scripted provider.
+    Existing files are never overwritten.
     """
     from orchestrator.cli.console import plural
-    from orchestrator.workspace import init_demo
+    from orchestrator.workspace import init as make
 
-    created, kept = init_demo(folder)
+    created, kept = make(folder, template)
     files = plural(len(created), "file")
-    print(f"demo workspace in {folder}: {files} created, {len(kept)} kept as they were")
+    print(f"{template} workspace in {folder}: {files} created, {len(kept)} kept as they were")
     for path in kept:
         print(f"  kept {path}")
-    print(f"next: cd {folder} && ticketgraph run")
+    if template == "demo":
+        print(f"next: cd {folder} && ticketgraph run")
+    else:
+        print(f"next: edit {folder}/ticketgraph.toml, then cd {folder} && ticketgraph check")
     return ExitCode.ALL_PASS
 
 
@@ -222,7 +236,7 @@ def run(opts: RunOptions, pool_size: int | None, stop_after: str | None) -> int:
     a rewrite loop, and print the report.
     """
     from orchestrator.cli import console, status
-    from orchestrator.intake.start import start
+    from orchestrator.intake.start import nothing_to_claim, start
     from orchestrator.plan import submission, tasks
     from orchestrator.workspace import Workspace
 
@@ -234,11 +248,31 @@ def run(opts: RunOptions, pool_size: int | None, stop_after: str | None) -> int:
         if opts.as_json:
             print(json.dumps(status.nothing_to_claim(), indent=2))
         else:
-            print("inbox/ has nothing to claim: no run started", flush=True)
+            print(nothing_to_claim(Workspace(opts.workspace)), flush=True)
         return ExitCode.ALL_PASS
     if shown != "quiet":
         print(console.claimed(store.materialised()), flush=True)
     return console.wait_for_verdict(store, settings, shown, opts.log_format, opts.as_json)
+
+
+@cli.command("check")
+@workspace_option
+@reports_errors("check")
+def check_workspace(workspace: Path) -> int:
+    """Check a workspace and show what each category would run (claims and pays nothing).
+
+    Check the workspace as `run` does before it claims anything: ticketgraph.toml (every
+    table and key), each worker's prompt, the tools and checks it imports, each template,
+    the routing prompt; then print each category's worker (model, caps, tools, readable
+    files) or template. Exit 0 when a run would start, 78 naming the first problem.
+    """
+    from orchestrator.config import check
+    from orchestrator.workspace import Workspace
+    from workers.settings import HarnessSettings, load
+
+    settings = _checked_settings(None, None)
+    print(check.check(Workspace(workspace), settings, load(HarnessSettings, "LLM_")), end="")
+    return ExitCode.ALL_PASS
 
 
 @cli.command(epilog=EXIT_CODES)
@@ -387,9 +421,23 @@ def runs(workspace: Path, limit: int, as_json: bool) -> int:
 )
 @click.option("--hostname", "-n", help="Node name prefix, e.g. worker1 (default ticketgraph).")
 @click.option("--loglevel", "-l", default="INFO", show_default=True, help="Celery's log level.")
+@click.option(
+    "--workspace",
+    "workspaces",
+    multiple=True,
+    type=click.Path(path_type=Path, file_okay=False, exists=True),
+    help="A workspace this worker serves (repeatable): the tools and checks its "
+    "ticketgraph.toml declares are imported now, and a module that cannot be is exit 78. A "
+    "workspace not named is loaded on its first task.",
+)
 @reports_errors("worker")
 def worker(
-    broker: str | None, processes: int | None, threads: int, hostname: str | None, loglevel: str
+    broker: str | None,
+    processes: int | None,
+    threads: int,
+    hostname: str | None,
+    loglevel: str,
+    workspaces: tuple[Path, ...],
 ) -> int:
     """Serve runs from a shared broker (one per machine, as many as you like).
 
@@ -403,6 +451,7 @@ def worker(
 
     from orchestrator.broker import worker_processes
     from orchestrator.broker.app import connect
+    from orchestrator.steps import declarations
     from workers.settings import HarnessSettings, load
 
     app = connect(broker)
@@ -411,6 +460,8 @@ def worker(
             "set LLM_BASE_URL (the model endpoint; for the demo, "
             "`ticketgraph provider --scenarios scenarios/demo.yaml` serves one)"
         )
+    for folder in workspaces:  # before any process is forked: each inherits the modules
+        declarations.preload(folder)
     name = (hostname or "ticketgraph").split("@", 1)[0]
     count = processes or os.cpu_count() or 1
     return worker_processes.serve(app, name, count, threads, loglevel.upper())

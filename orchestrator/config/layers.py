@@ -5,7 +5,7 @@ then fixed into the run's `RunConfig`, which every worker reads.
 
     setting                 ticketgraph.toml              environment                flag
     tickets in flight       [graph] pool_size             POOL_SIZE, TICKETGRAPH_…   --pool-size
-    model of every role     [harness] model, [*.] model   LLM_MODEL
+    model of every role     [harness] model, [workers.*]  LLM_MODEL
     tokens per reply        [harness] max_tokens, …       LLM_MAX_TOKENS
     temperature             [harness] temperature, …      LLM_TEMPERATURE
     prices                  [prices]                      LLM_PRICES (replaces it)
@@ -22,21 +22,23 @@ from typing import Any
 from pydantic import ValidationError
 
 from orchestrator.config.environment import GraphSettings
-from orchestrator.config.tables import WORKER_CATEGORIES, WorkspaceConfig
+from orchestrator.config.tables import WorkerConfig, WorkspaceConfig
 from orchestrator.errors import ConfigError
-from orchestrator.run.records import RoleSettings, RunConfig
+from orchestrator.run.records import RoleSettings, RunConfig, WorkerSpec
 from orchestrator.workspace import Workspace
 from workers.settings import HarnessSettings
 
-ROLES = ("router", *WORKER_CATEGORIES)
+ROLE_KEYS = ("model", "max_tokens", "temperature", "max_turns", "budget_usd")
+TEMPLATE_FIELDS = ("ticket_id", "category", "subject", "sender")
 
 
 def load(workspace: Workspace, graph: GraphSettings, llm: HarnessSettings) -> WorkspaceConfig:
     """The workspace's settings with the environment and the flags laid over them
     (`graph` holds TICKETGRAPH_* and the flags, `llm` LLM_*)."""
     tables = workspace.config().model_dump(exclude_unset=True)
+    workers = list(tables.get("workers", {}))
     try:
-        return WorkspaceConfig.model_validate(_laid_over(tables, overrides(graph, llm)))
+        return WorkspaceConfig.model_validate(_laid_over(tables, overrides(graph, llm, workers)))
     except ValidationError as exc:  # each value passed on its own: only a combination fails
         raise ConfigError(
             f"the environment and {workspace.root / 'ticketgraph.toml'} "
@@ -44,10 +46,12 @@ def load(workspace: Workspace, graph: GraphSettings, llm: HarnessSettings) -> Wo
         ) from None
 
 
-def overrides(graph: GraphSettings, llm: HarnessSettings) -> dict[str, Any]:
+def overrides(
+    graph: GraphSettings, llm: HarnessSettings, workers: list[str] | None = None
+) -> dict[str, Any]:
     """What the environment and the flags set, shaped as ticketgraph.toml's tables.
-    LLM_MODEL, LLM_MAX_TOKENS and LLM_TEMPERATURE are for every role: the workers', the
-    router's, each category's and the evaluator's."""
+    LLM_MODEL, LLM_MAX_TOKENS and LLM_TEMPERATURE are for every role: [harness]'s, the
+    router's, each of `workers` and the evaluator's."""
     out: dict[str, Any] = {}
     if graph.pool_size is not None:
         out["graph"] = {"pool_size": graph.pool_size}
@@ -61,7 +65,8 @@ def overrides(graph: GraphSettings, llm: HarnessSettings) -> dict[str, Any]:
         if value is not None
     }
     if every_role:
-        out["harness"] = {**every_role, **{role: dict(every_role) for role in ROLES}}
+        out["harness"] = {**every_role, "router": dict(every_role)}
+        out["workers"] = {name: dict(every_role) for name in workers or []}
         out["evaluator"] = dict(every_role)
     if "prices" in llm.model_fields_set:
         out["prices"] = llm.prices.model_dump()
@@ -85,7 +90,7 @@ def run_config(
     """The run's effective configuration, fixed at submit time so every worker agrees."""
     harness, router, evaluator = config.harness, config.harness.router, config.evaluator
     return RunConfig(
-        categories=config.graph.categories,
+        categories=config.categories,
         pool_size=config.graph.pool_size,
         max_rounds=config.gate.max_rounds,
         filler_phrases=config.gate.filler_phrases,
@@ -109,32 +114,70 @@ def run_config(
         max_turns=harness.max_turns,
         budget_usd=harness.budget_usd,
         roles=roles(workspace, config),
+        workers={name: _worker(workspace, name, w) for name, w in config.workers.items()},
+        templates={
+            name: _template(workspace, name, t.file) for name, t in config.templates.items()
+        },
+        checks=config.gate.checks,
         stop_after=graph.stop_after,
         route_chars=config.inbox.route_chars,
-        reads=config.tools.reads,
+        scripted=not llm.base_url,
     )
 
 
+def declared(workspace: Workspace) -> RunConfig:
+    """The run configuration the workspace alone gives (its tables over the defaults, no
+    environment, no flags): what a peer or a tool reading the workspace needs."""
+    graph, llm = GraphSettings(), HarnessSettings()
+    return run_config(workspace, workspace.config(), graph, llm)
+
+
 def roles(workspace: Workspace, config: WorkspaceConfig) -> dict[str, RoleSettings]:
-    """What `[harness.router]`, `[harness.billing]` and `[harness.bug]` set (or the
-    environment set for every role), with each prompt_file read now, so every worker uses
-    the same text; `ConfigError` naming the key if a prompt file cannot be used."""
-    out = {}
-    for name in ROLES:
-        table = config.harness.role(name)
-        role = RoleSettings(**table.model_dump(exclude={"prompt_file"}, exclude_unset=True))
-        if table.prompt_file:
-            role.prompt = _prompt_text(workspace, name, table.prompt_file)
-        if role.model_dump(exclude_none=True):
-            out[name] = role
-    return out
+    """What `[harness.router]` sets (or the environment sets for every role), with its
+    prompt_file read now, so every worker uses the same text."""
+    table = config.harness.router
+    router = RoleSettings(**table.model_dump(exclude={"prompt_file"}, exclude_unset=True))
+    if table.prompt_file:
+        router.prompt = _text(workspace, "[harness.router] prompt_file", table.prompt_file)
+    return {"router": router} if router.model_dump(exclude_none=True) else {}
 
 
-def _prompt_text(workspace: Workspace, role: str, name: str) -> str:
+def _worker(workspace: Workspace, name: str, table: WorkerConfig) -> WorkerSpec:
+    """A worker as the run fixes it: its prompt's text read now, its caps as set."""
+    prompt = table.prompt
+    if table.prompt_file is not None:
+        prompt = _text(workspace, f"[workers.{name}] prompt_file", table.prompt_file)
+    own = table.model_dump(include=set(ROLE_KEYS), exclude_unset=True)
+    return WorkerSpec(
+        **own,
+        description=table.description,
+        prompt=(prompt or "").strip(),
+        tools=table.tools,
+        reads=table.reads,
+        approval=table.approval,
+    )
+
+
+def _template(workspace: Workspace, name: str, file: str) -> str:
+    """A template's text, read now; `ConfigError` if it names a field a ticket lacks."""
+    text = _text(workspace, f"[templates.{name}] file", file)
+    try:
+        text.format_map(dict.fromkeys(TEMPLATE_FIELDS, ""))
+    except (KeyError, ValueError, IndexError) as exc:
+        fields = ", ".join("{" + f + "}" for f in TEMPLATE_FIELDS)
+        raise ConfigError(
+            f"[templates.{name}] file {file!r} says {exc}, which is not one of {fields} "
+            "(write a literal brace as {{ or }})"
+        ) from None
+    return text
+
+
+def _text(workspace: Workspace, key: str, name: str) -> str:
+    """The text of a workspace file a table names; `ConfigError` naming the key."""
     try:
         text = (workspace.root / name).read_text(encoding="utf-8").strip()
     except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"[harness.{role}] prompt_file {name!r}: {exc}") from exc
+        raise ConfigError(f"{key} {name!r}: {exc}") from exc
     if not text:
-        raise ConfigError(f"[harness.{role}] prompt_file {name!r} is empty")
+        raise ConfigError(f"{key} {name!r} is empty")
     return text

@@ -8,16 +8,16 @@ import tomllib
 from pathlib import Path
 from typing import Any, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from orchestrator.errors import ConfigError
 from orchestrator.steps import gate
-from orchestrator.steps.sandbox import root_problem
 from workers.pricing import PriceTable
+from workers.sandbox import root_problem
 
-# Categories a worker (an agent with its own prompt and tools) can draft; any other
-# category gets the template reply.
-WORKER_CATEGORIES = ("billing", "bug")
+# What an approval policy may say of a tool (a rule on the call's arguments is any other text,
+# recorded now and enforced where approvals are).
+APPROVAL_WORDS = ("always", "never")
 
 
 class _Table(BaseModel):
@@ -29,18 +29,9 @@ class _Table(BaseModel):
 class GraphConfig(_Table):
     """How tickets are routed and fanned out."""
 
-    categories: list[str] = ["billing", "bug", "other"]
+    # The router's choices, in this order (unset: every [workers.*] and [templates.*]).
+    categories: list[str] | None = None
     pool_size: int = Field(default=2, ge=1)
-
-    @field_validator("categories")
-    @classmethod
-    def _one_with_a_worker(cls, categories: list[str]) -> list[str]:
-        if not set(categories) & set(WORKER_CATEGORIES):
-            raise ValueError(
-                f"needs at least one category with a worker ({', '.join(WORKER_CATEGORIES)}); "
-                "with none, every ticket would get the template reply"
-            )
-        return categories
 
 
 class InboxConfig(_Table):
@@ -52,8 +43,19 @@ class InboxConfig(_Table):
     id_header: str = Field(default="X-Ticket-Id", description=".eml header naming the ticket id")
 
 
+def _a_workspace_file(name: str | None) -> str | None:
+    """A file of the workspace a table names (a prompt, a template): inside it, no dotfile."""
+    if name is not None and (problem := root_problem(name)) is not None:
+        raise ValueError(f"{name!r} {problem}")
+    return name
+
+
 class GateConfig(_Table):
     """The deterministic gate and the review loop."""
+
+    # The team's own checks, by import path ("module:function"): each is called as
+    # check(draft_text, ticket) and returns the reasons the draft fails (none: it passes).
+    checks: list[str] = []
 
     max_rounds: int = Field(default=3, ge=1, description="rewrites per ticket at most")
     filler_phrases: list[str] = [
@@ -73,37 +75,86 @@ class GateConfig(_Table):
             raise ValueError(f"unknown checks {unknown}; the checks are {', '.join(gate.CHECKS)}")
         return off
 
+    @field_validator("checks")
+    @classmethod
+    def _import_paths(cls, checks: list[str]) -> list[str]:
+        for path in checks:
+            if not _an_import_path(path):
+                raise ValueError(f"{path!r} is not an import path like 'my_checks:no_discounts'")
+        return checks
+
 
 class RoleConfig(_Table):
-    """One role's own settings (`[harness.router]`, `[harness.billing]`, `[harness.bug]`);
-    a key left unset falls back to `[harness]`."""
+    """One role's own request settings and caps; a key left unset falls back to
+    `[harness]`."""
 
     model: str | None = None
     max_tokens: int | None = Field(default=None, ge=1)
     temperature: float | None = Field(default=None, ge=0, le=2)
     max_turns: int | None = Field(default=None, ge=1, description="per agent run")
     budget_usd: float | None = Field(default=None, gt=0, description="per agent run")
-    # A file of the workspace whose text replaces the role's built-in system prompt (the
-    # router's may say {categories}, which becomes the configured list).
-    prompt_file: str | None = None
-
-    @field_validator("prompt_file")
-    @classmethod
-    def _inside(cls, prompt_file: str | None) -> str | None:
-        if prompt_file is not None and (problem := root_problem(prompt_file)) is not None:
-            raise ValueError(f"{prompt_file!r} {problem}")
-        return prompt_file
 
 
 class RouterConfig(RoleConfig):
-    """The routing call: small and deterministic unless set otherwise."""
+    """The routing call (`[harness.router]`): small and deterministic unless set otherwise."""
 
     max_tokens: int | None = Field(default=512, ge=1)
     temperature: float | None = Field(default=0.0, ge=0, le=2)
+    # A workspace file whose text replaces the built-in routing prompt; it may say
+    # {categories}, which becomes the categories with their descriptions.
+    prompt_file: str | None = None
+
+    _inside = field_validator("prompt_file")(_a_workspace_file)
+
+
+class WorkerConfig(RoleConfig):
+    """One category's worker (`[workers.<category>]`): an agent with its own prompt, tools,
+    readable files and caps."""
+
+    description: str = Field(default="", description="one line, used in the routing prompt")
+    prompt: str | None = None  # its system prompt, inline
+    prompt_file: str | None = None  # ... or a workspace file
+    tools: list[str] = []  # built-in names (read_file, ...) or import paths (module:name)
+    reads: list[str] = []  # folders or files of the workspace its tools may read
+    # tool name -> "always", "never" or a rule on the call's arguments
+    approval: dict[str, str] = {}
+
+    _inside = field_validator("prompt_file")(_a_workspace_file)
+
+    @field_validator("reads")
+    @classmethod
+    def _safe_roots(cls, reads: list[str]) -> list[str]:
+        for root in reads:
+            if (problem := root_problem(root)) is not None:
+                raise ValueError(f"{root!r} {problem}")
+        return reads
+
+    @field_validator("tools")
+    @classmethod
+    def _tool_names(cls, tools: list[str]) -> list[str]:
+        for name in tools:
+            if ":" in name and not _an_import_path(name):
+                raise ValueError(f"{name!r} is not an import path like 'my_tools:track_parcel'")
+        return tools
+
+    @model_validator(mode="after")
+    def _one_prompt(self) -> WorkerConfig:
+        if (self.prompt is None) == (self.prompt_file is None):
+            raise ValueError("give the worker's system prompt: prompt (inline) or prompt_file")
+        return self
+
+
+class TemplateConfig(_Table):
+    """The reply of a category without a worker (`[templates.<category>]`): a workspace
+    file whose text may say {ticket_id}, {category}, {subject}, {sender}."""
+
+    file: str
+
+    _inside = field_validator("file")(_a_workspace_file)
 
 
 class HarnessConfig(_Table):
-    """Limits and request settings of each agent run inside the graph."""
+    """The defaults of every agent run inside the graph (a worker's own table wins)."""
 
     model: str = "demo"
     max_turns: int = Field(default=6, ge=1)
@@ -113,12 +164,6 @@ class HarnessConfig(_Table):
     # A reply whose text is a tool call (bare JSON, <tool_call>, a fenced block) runs it.
     tool_call_text_fallback: bool = True
     router: RouterConfig = RouterConfig()
-    billing: RoleConfig = RoleConfig()
-    bug: RoleConfig = RoleConfig()
-
-    def role(self, name: str) -> RoleConfig:
-        """The table of `name` (router or a worker category)."""
-        return getattr(self, name)
 
 
 class EvaluatorConfig(_Table):
@@ -132,26 +177,6 @@ class EvaluatorConfig(_Table):
     budget_usd: float | None = Field(default=0.01, gt=0, description="per evaluation")
 
 
-DEFAULT_READS = {"bug": ["kb"], "billing": ["data/orders.json"]}
-
-
-class ToolsConfig(_Table):
-    """What each worker's tools may read: folders or files of the workspace, per category."""
-
-    reads: dict[str, list[str]] = Field(default_factory=lambda: dict(DEFAULT_READS))
-
-    @field_validator("reads")
-    @classmethod
-    def _safe_roots(cls, reads: dict[str, list[str]]) -> dict[str, list[str]]:
-        for category, roots in reads.items():
-            if category not in WORKER_CATEGORIES:
-                raise ValueError(f"{category!r} has no worker ({', '.join(WORKER_CATEGORIES)})")
-            for root in roots:
-                if (problem := root_problem(root)) is not None:
-                    raise ValueError(f"{category}: {root!r} {problem}")
-        return reads
-
-
 class WorkspaceConfig(BaseModel):
     """The whole `ticketgraph.toml`."""
 
@@ -161,18 +186,69 @@ class WorkspaceConfig(BaseModel):
     inbox: InboxConfig = InboxConfig()
     gate: GateConfig = GateConfig()
     harness: HarnessConfig = HarnessConfig()
-    tools: ToolsConfig = ToolsConfig()
+    workers: dict[str, WorkerConfig] = {}
+    templates: dict[str, TemplateConfig] = {}
     evaluator: EvaluatorConfig = EvaluatorConfig()
     # USD per million tokens, by model; LLM_PRICES (the same shape, as JSON) overrides it.
     prices: PriceTable = PriceTable()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _moved(cls, tables: Any) -> Any:
+        """Tables of earlier versions say where they went, instead of `unknown key`."""
+        if not isinstance(tables, dict):
+            return tables
+        harness = tables.get("harness") or {}
+        for name, value in harness.items():
+            if isinstance(value, dict) and name != "router":
+                raise ValueError(
+                    f"[harness.{name}] is now [workers.{name}] (the same keys, with the "
+                    "worker's description, prompt, tools and reads)"
+                )
+        if "tools" in tables:
+            raise ValueError(
+                "[tools] is gone: a worker's readable files are `reads` in its "
+                "[workers.<category>] table, and its tools are `tools` there"
+            )
+        return tables
+
+    @model_validator(mode="after")
+    def _every_category_answered(self) -> WorkspaceConfig:
+        categories = self.categories
+        if not self.workers:
+            raise ValueError(
+                "no [workers.<category>] table: declare at least one worker (`ticketgraph "
+                "init DIR --template minimal` writes an example)"
+            )
+        for table, names in (("workers", self.workers), ("templates", self.templates)):
+            if stray := [n for n in names if n not in categories]:
+                raise ValueError(f"[{table}.{stray[0]}] is not in [graph] categories")
+        for name in categories:
+            if name not in self.workers and name not in self.templates:
+                raise ValueError(
+                    f"category {name!r} has neither a [workers.{name}] nor a "
+                    f"[templates.{name}] table: its tickets would get no reply"
+                )
+            if name in self.workers and name in self.templates:
+                raise ValueError(f"category {name!r} has a worker and a template: keep one")
+        return self
+
+    @property
+    def categories(self) -> list[str]:
+        """The router's choices: [graph] categories, or every worker and template."""
+        if self.graph.categories is not None:
+            return self.graph.categories
+        return [*self.workers, *self.templates]
 
 
 def _first_problem(exc: ValidationError) -> str:
     """The first validation error as `[table] key: message`."""
     error = exc.errors()[0]
     where = [str(part) for part in error["loc"]]
-    key = f"[{where[0]}] {'.'.join(where[1:])}" if len(where) > 1 else where[0] if where else ""
-    message = error["msg"]
+    message = str(error["msg"]).removeprefix("Value error, ")
+    if not where:  # a rule across tables: its message names them
+        return message
+    key = f"[{'.'.join(where[:-1])}] {where[-1]}" if len(where) > 1 else where[0]
     if error["type"] == "extra_forbidden":
         message = "unknown key"
         close = difflib.get_close_matches(where[-1], _known_keys(where[:-1]), n=1, cutoff=0.5)
@@ -196,11 +272,21 @@ def _known_keys(path: list[str]) -> list[str]:
     return list(getattr(model, "model_fields", {}))
 
 
+def _an_import_path(path: str) -> bool:
+    """`package.module:name`."""
+    module, _, name = path.partition(":")
+    dotted = all(part.isidentifier() for part in module.split("."))
+    return bool(module) and dotted and name.isidentifier()
+
+
 def read(path: Path) -> WorkspaceConfig:
-    """The tables of the ticketgraph.toml at `path` (defaults when there is none);
-    `ConfigError` naming the key when a value is unknown or out of range."""
+    """The tables of the ticketgraph.toml at `path`; `ConfigError` naming the key when a value
+    is unknown or out of range, or the file when it is missing."""
     if not path.exists():
-        return WorkspaceConfig()
+        raise ConfigError(
+            f"no {path.name} at {path.parent}: a workspace declares its workers there "
+            f"(`ticketgraph init {path.parent}` makes one)"
+        )
     try:
         return WorkspaceConfig.model_validate(tomllib.loads(path.read_text(encoding="utf-8")))
     except tomllib.TOMLDecodeError as exc:

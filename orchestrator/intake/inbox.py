@@ -122,6 +122,25 @@ def claimable(inbox: Path, now: float, limits: InboxRules) -> list[str]:
     return sorted(names)
 
 
+def unsettled(inbox: Path, now: float, rules: InboxRules) -> tuple[int, float | None]:
+    """How many entries of `inbox` wait out `settle_s` (changed too recently to be claimed),
+    and the epoch time from which the last of them can be claimed (None: none waits)."""
+    try:
+        with os.scandir(inbox) as listing:
+            entries = [e for e in listing if not e.name.startswith(".")]
+    except OSError:
+        return 0, None
+    waiting = []
+    for entry in entries:
+        try:
+            mtime = entry.stat(follow_symlinks=False).st_mtime
+        except OSError:
+            continue
+        if abs(now - mtime) < rules.settle_s:
+            waiting.append(mtime + rules.settle_s)
+    return len(waiting), max(waiting, default=None)
+
+
 def _settled(entry: os.DirEntry[str], now: float, limits: InboxRules) -> bool:
     """Whether an entry's own mtime (not its target's) is at least `settle_s` away from `now`."""
     try:

@@ -7,13 +7,16 @@ from __future__ import annotations
 import os
 import shutil
 import time
+from datetime import datetime
 
 from orchestrator.config import layers
 from orchestrator.config.environment import GraphSettings
+from orchestrator.errors import UsageError
 from orchestrator.intake import claims, inbox
 from orchestrator.plan.steps import Plan
 from orchestrator.run.records import RejectedFile, RunConfig, RunMeta, TicketRecord
 from orchestrator.run.store import RunStore, link_latest, new_run_id
+from orchestrator.steps import declarations
 from orchestrator.workspace import Workspace
 from workers.settings import HarnessSettings
 from workers.trace import now_iso
@@ -24,10 +27,17 @@ def start(workspace: Workspace, settings: GraphSettings, plan: Plan) -> RunStore
     None if there was nothing to claim (no run folder is left behind). Every setting is
     checked before anything is claimed."""
     llm = HarnessSettings()
+    if not workspace.inbox.is_dir():
+        raise UsageError(
+            f"no inbox folder at {workspace.inbox}: is {workspace.root} a workspace? "
+            f"(`ticketgraph init {workspace.root}` makes one)"
+        )
     workspace.check_folders()
     effective = layers.load(workspace, settings, llm)
     run_config = layers.run_config(workspace, effective, settings, llm)
     run_config.nodes = plan.reported_nodes
+    # The tools and checks it declares, imported now: one that cannot be is exit 78 here.
+    run_config.fingerprint = declarations.load(workspace.root, run_config).fingerprint
     limits = inbox.InboxRules(**effective.inbox.model_dump())
     names = inbox.claimable(workspace.inbox, time.time(), limits)
     if not names:
@@ -50,6 +60,21 @@ def start(workspace: Workspace, settings: GraphSettings, plan: Plan) -> RunStore
     return store
 
 
+def nothing_to_claim(workspace: Workspace) -> str:
+    """Why a run found nothing to claim, in one line: an empty inbox/, or files that wait
+    out `[inbox] settle_s` (just copied in), and from when they can be claimed."""
+    rules = inbox.InboxRules(**workspace.config().inbox.model_dump())
+    count, ready = inbox.unsettled(workspace.inbox, time.time(), rules)
+    if not count or ready is None:
+        return "inbox/ has nothing to claim: no run started"
+    files = f"{count} file{'' if count == 1 else 's'}"
+    at = datetime.fromtimestamp(ready).strftime("%H:%M:%S")
+    return (
+        f"inbox/ has nothing to claim yet: {files} changed less than {rules.settle_s:g} s ago "
+        f"(may still be being written; [inbox] settle_s), claimable from {at}: no run started"
+    )
+
+
 def _sort_claimed(
     workspace: Workspace, store: RunStore, names: list[str], limits: inbox.InboxRules
 ) -> tuple[list[inbox.Ticket], list[RejectedFile]]:
@@ -64,7 +89,13 @@ def _write_tickets(store: RunStore, tickets: list[inbox.Ticket]) -> None:
     """Each ticket's text and first record, in one flush."""
     source = os.path.relpath(store.claimed_dir, store.dir.parent.parent)
     records = {
-        t.id: TicketRecord(source=f"{source}/{t.name}", format=t.format, encoding=t.encoding)
+        t.id: TicketRecord(
+            source=f"{source}/{t.name}",
+            format=t.format,
+            encoding=t.encoding,
+            subject=t.subject,
+            sender=t.sender,
+        )
         for t in tickets
     }
     store.write_many(

@@ -35,11 +35,13 @@ from orchestrator.run import ending, ids, lease
 from orchestrator.run.fence import EpochFence, path
 from orchestrator.run.records import RunPhase
 from orchestrator.run.store import RunStore
+from orchestrator.steps import declarations
 from orchestrator.steps.agent import TIME_LIMIT, shared_client
 from orchestrator.steps.context import Context, fan_in
 from workers.errors import Superseded
 
 T = TypeVar("T")
+DECLARATIONS_DIFFER = "declarations_differ"  # the stop of a ticket a worker refused
 Summary = dict[str, Any]
 
 log = logging.getLogger(__name__)
@@ -233,6 +235,11 @@ def _held(ctx: Context, step: Step, ticket_id: str, hand_on: Callable[[], None])
         return store.ticket(ticket_id).status.value
     ctx.store = store.fenced(held)
     ctx.open_node()
+    if (differ := declarations.mismatch(Path(ctx.meta.workspace), ctx.meta.config)) is not None:
+        # Another version of the tools or checks than the run's: draft nothing with them.
+        status = ctx.fail_ticket(ticket_id, differ, stop=DECLARATIONS_DIFFER)
+        hand_on()
+        return status
 
     def out_of_time() -> None:
         error = "still running at the hard time limit; its worker process was replaced"

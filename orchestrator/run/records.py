@@ -18,9 +18,8 @@ import time
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
-from orchestrator.config.tables import DEFAULT_READS
 from workers.pricing import PriceTable
 
 
@@ -89,7 +88,9 @@ class StepUsage(BaseModel):
 
 
 # Stop reasons of a ticket whose worker gave no answer (as opposed to a gate verdict).
-FAILED_STOPS = frozenset({"worker_failed", "time_limit", "max_turns", "budget"})
+FAILED_STOPS = frozenset(
+    {"worker_failed", "time_limit", "max_turns", "budget", "declarations_differ"}
+)
 
 
 class TicketRecord(BaseModel):
@@ -109,6 +110,8 @@ class TicketRecord(BaseModel):
     source: str
     format: str | None = None  # txt, md, json or eml
     encoding: str | None = None  # as the file was decoded
+    subject: str | None = None  # a .json or .eml ticket's subject line
+    sender: str | None = None  # and who sent it
     error: str | None = None
     retryable: bool = False  # its failure may pass on a retry (provider down, a crash)
     failed_in: str | None = None  # the step it failed in: where `resume` takes it up again
@@ -134,7 +137,7 @@ class TicketRecord(BaseModel):
 
 
 class RoleSettings(BaseModel):
-    """A role's own settings (router, billing, bug) where they differ from the workers'."""
+    """A role's own settings (the router's, a worker's) where they differ from [harness]."""
 
     model: str | None = None
     max_tokens: int | None = None
@@ -142,6 +145,16 @@ class RoleSettings(BaseModel):
     max_turns: int | None = None
     budget_usd: float | None = None
     prompt: str | None = None  # the system prompt's text, read from its prompt_file
+
+
+class WorkerSpec(RoleSettings):
+    """One category's worker as the run fixed it, so every machine drafts with exactly it."""
+
+    description: str = ""
+    prompt: str = ""  # the system prompt's text
+    tools: list[str] = []
+    reads: list[str] = []
+    approval: dict[str, str] = {}
 
 
 class RunConfig(BaseModel):
@@ -173,10 +186,17 @@ class RunConfig(BaseModel):
     budget_usd: float | None
     stop_after: str | None = None
     route_chars: int = 2000
-    # category -> the folders/files its tools may read ([tools.reads]).
-    reads: dict[str, list[str]] = Field(default_factory=lambda: dict(DEFAULT_READS))
-    # router / category -> what its table in [harness] sets (runs from before: none).
+    # The router's own settings ([harness.router]) where they differ from [harness].
     roles: dict[str, RoleSettings] = {}
+    # category -> its worker as the run fixed it (prompt text, tools, reads, caps).
+    workers: dict[str, WorkerSpec] = {}
+    # category without a worker -> its template's text.
+    templates: dict[str, str] = {}
+    checks: list[str] = []  # the team's own gate checks, by import path
+    # A hash of the workers, templates and checks and of the modules they come from: a
+    # worker process whose own differs refuses the run's tasks (steps/declarations.py).
+    fingerprint: str = ""
+    scripted: bool = False  # the run is served by the workspace's scripted provider
     # The nodes of the run's plan that its report lists, in order (the plan's table).
     nodes: list[str] = ["route", "fanout", "merge", "review"]
 

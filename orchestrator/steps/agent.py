@@ -12,10 +12,11 @@ from workers import loop
 from workers.client import ModelClient, RequestParams
 from workers.settings import HarnessSettings
 from workers.state import RunState, RunStatus, new_run
-from workers.tools import Catalog, Tool
+from workers.tools import Catalog, Tool, ToolScope
 from workers.trace import Tracer
 
 TIME_LIMIT = "time_limit"  # the cancel reason of a task that reached its soft limit
+NO_SCRIPT = "no script matched the request"  # what the scripted provider answers then
 
 _clients: dict[str, ModelClient] = {}
 _clients_lock = threading.Lock()
@@ -58,6 +59,7 @@ def run_agent(
     state_path: Path,
     tracer: Tracer,
     tools: list[Tool] | None = None,
+    scope: ToolScope | None = None,
 ) -> AgentResult:
     """Run (or resume from `state_path`) one agent of `role` (router, evaluator or a worker
     category) for a step; its state is saved after every step, through the step's fence (a
@@ -81,6 +83,7 @@ def run_agent(
         params=how.params,
         tool_call_text_fallback=config.tool_call_text_fallback,
         fence=ctx.store.fence,
+        scope=scope or ToolScope(),
     )
     state = loop.run(state, harness)
     stopped_by = (
@@ -88,10 +91,16 @@ def run_agent(
         if state.status is RunStatus.INTERRUPTED and state.interruption is not None
         else None
     )
+    error = state.error or _stop_reason(state)
+    if config.scripted and error and NO_SCRIPT in error:
+        error += (
+            " (the workspace's scripted provider, scenarios/demo.yaml, has no script for "
+            "this ticket: set LLM_BASE_URL to answer it with a real model)"
+        )
     return AgentResult(
         text=state.output,
         status=state.status,
-        error=state.error or _stop_reason(state),
+        error=error,
         usage=StepUsage(
             calls=state.usage.requests,
             tokens=state.usage.total_tokens,
@@ -117,9 +126,9 @@ class Role:
 
 def role_of(config: RunConfig, role: str) -> Role:
     """The settings of an agent run by its role: router, evaluator or a worker category.
-    A role's own table ([harness.router], [harness.billing], ...) wins; what it leaves
-    unset is the workers' ([harness])."""
-    own = config.roles.get(role, RoleSettings())
+    A role's own table ([harness.router], [workers.<category>]) wins; what it leaves unset
+    is [harness]'s."""
+    own: RoleSettings = config.workers.get(role) or config.roles.get(role, RoleSettings())
     if role == "router":
         max_tokens, temperature = config.router_max_tokens, config.router_temperature
         model, budget = config.router_model or config.model, config.budget_usd
@@ -139,15 +148,25 @@ def role_of(config: RunConfig, role: str) -> Role:
         params=params,
         max_turns=own.max_turns or config.max_turns,
         budget_usd=own.budget_usd or budget,
-        prompt=own.prompt,
+        prompt=own.prompt or None,
     )
 
 
 def _prompt(role: Role, config: RunConfig) -> str | None:
-    """The role's own system prompt, with {categories} filled in."""
+    """The role's own system prompt, with {categories} filled in (a router's)."""
     if role.prompt is None:
         return None
-    return role.prompt.replace("{categories}", ", ".join(config.categories))
+    return role.prompt.replace("{categories}", categories_text(config))
+
+
+def categories_text(config: RunConfig) -> str:
+    """The categories as the router is told them: each with its worker's description."""
+    described = []
+    for name in config.categories:
+        worker = config.workers.get(name)
+        about = worker.description if worker is not None else ""
+        described.append(f"{name} ({about})" if about else name)
+    return ", ".join(described)
 
 
 def shared_client(llm: HarnessSettings) -> ModelClient:

@@ -1,16 +1,20 @@
 """draft: one ticket's first reply, by its category's worker (a harness agent with the
-category's prompt and tools) or, for a category without one, the template; left in the run
-folder for merge."""
+prompt, tools and readable files its `[workers.<category>]` table declares) or, for a
+category without one, its template; left in the run folder for merge."""
 
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
+from typing import Any
 
-from orchestrator.run.records import StepUsage, TicketStatus
-from orchestrator.steps import agent, prompts, routing
+from orchestrator.run.records import StepUsage, TicketRecord, TicketStatus
+from orchestrator.steps import agent, declarations, prompts, routing
 from orchestrator.steps.agent import AgentResult
-from orchestrator.steps.catalogs import tools_for
 from orchestrator.steps.context import Context
+from workers.sandbox import Sandbox
+from workers.tools import ToolScope
 from workers.trace import Tracer
 
 
@@ -19,9 +23,10 @@ def draft(ctx: Context, ticket_id: str) -> str:
     ticket = ctx.store.ticket(ticket_id)
     trace = ctx.tracer(ticket=ticket_id)
     category = ticket.category or routing.OTHER
-    if category not in prompts.WORKERS:
+    config = ctx.meta.config
+    if category not in config.workers:
         trace.emit("template_done")
-        text = prompts.OTHER_TEMPLATE.format(ticket_id=ticket_id)
+        text = config.templates[category].format_map(_fields(ticket_id, ticket))
         return _drafted(ctx, ticket_id, text, "template", StepUsage())
     handler = f"worker:{category}"
     task = prompts.draft_input(ticket_id, ctx.ticket_text(ticket_id))
@@ -56,13 +61,32 @@ def worker(
     ctx: Context, ticket_id: str, category: str, name: str, task: str, trace: Tracer
 ) -> AgentResult:
     """One run of the category's worker about `ticket_id` (its agent state: `<ticket>.<name>`),
-    with the category's tools; review's rewrites use it too."""
-    tools = tools_for(
-        category,
-        Path(ctx.meta.workspace),
-        ctx.meta.config.reads,
-        (ctx.store.actions_path, ticket_id),
-    )
-    system = prompts.WORKERS[category]
+    with its declared tools over its readable files; review's rewrites use it too."""
+    spec = ctx.meta.config.workers[category]
+    workspace = Path(ctx.meta.workspace)
+    tools = declarations.load(workspace, ctx.meta.config).tools_of(spec)
+    scope = ToolScope(ticket_id, Sandbox(workspace, spec.reads), _recorder(ctx))
     path = ctx.store.agent_path(ticket_id, name)
-    return agent.run_agent(ctx, category, system, task, path, trace, tools)
+    return agent.run_agent(ctx, category, spec.prompt, task, path, trace, tools, scope)
+
+
+def _recorder(ctx: Context) -> Any:
+    """Append one effect to the run's actions.jsonl (finance's queue, say), durably."""
+
+    def record(effect: dict[str, Any]) -> None:
+        with ctx.store.actions_path.open("a", encoding="utf-8") as handle:
+            handle.write(json.dumps(effect, ensure_ascii=False) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+
+    return record
+
+
+def _fields(ticket_id: str, ticket: TicketRecord) -> dict[str, str]:
+    """What a template may say of a ticket (config/layers.py checks the names)."""
+    return {
+        "ticket_id": ticket_id,
+        "category": ticket.category or "",
+        "subject": ticket.subject or "",
+        "sender": ticket.sender or "",
+    }

@@ -1,7 +1,9 @@
 """The deterministic gate: plain string checks, the same answer every time, no model call.
 
 The seed's two checks (the ticket id is in the reply; no filler phrase) plus the ones real
-models need, each named in the gate report and each can be turned off (`[gate] off`):
+models need, each named in the gate report and each can be turned off (`[gate] off`), then
+the workspace's own (`[gate] checks`: `check(draft_text, ticket)` returns the reasons a
+draft fails; each shows as `<check name>:<reason>`):
 
     echo               the reply repeats its prompt or the customer's text (half or more of
                        its 5-word runs appear in the task it was given, or the prompt's own
@@ -17,7 +19,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 CHECKS = ("echo", "not_prose", "length", "unsupported_fact")
@@ -47,6 +49,19 @@ class Sources:
 
 
 @dataclass(frozen=True)
+class TicketView:
+    """What a check of a team's own sees of the ticket: its id, text and category."""
+
+    id: str
+    text: str
+    category: str | None = None
+
+
+Check = Callable[[str, TicketView], list[str]]
+OwnCheck = tuple[str, Check]  # its name, the function
+
+
+@dataclass(frozen=True)
 class Rules:
     """The gate's settings (from `[gate]`)."""
 
@@ -54,6 +69,8 @@ class Rules:
     off: frozenset[str] = frozenset()
     min_chars: int = 40
     max_chars: int = 4000
+    own: tuple[OwnCheck, ...] = ()  # the workspace's checks, in the order declared
+    ticket: TicketView | None = None
 
 
 def check(
@@ -83,7 +100,21 @@ def check(
             problems.append(f"too_long:{size}>{rules.max_chars}")
     if "unsupported_fact" in on and sources is not None:
         problems += [f"unsupported_fact:{f}" for f in _unsupported(ticket_id, draft, sources)]
+    ticket = rules.ticket or TicketView(ticket_id, "")
+    for name, own in rules.own:
+        problems += [f"{name}:{reason}" for reason in _own(own, draft, ticket)]
     return GateResult(passed=not problems, report=" | ".join(problems))
+
+
+def _own(
+    check: Callable[[str, TicketView], list[str]], draft: str, ticket: TicketView
+) -> list[str]:
+    """A team's check's reasons; one that raises fails the draft with what it raised (the
+    draft is not sent on a check nobody could run)."""
+    try:
+        return [str(reason) for reason in check(draft, ticket) or []]
+    except Exception as exc:  # the team's code: anything can happen in it
+        return [f"the check raised {type(exc).__name__}: {exc}"]
 
 
 def _echoes(draft: str, task: str) -> bool:

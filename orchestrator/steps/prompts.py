@@ -1,4 +1,6 @@
-"""Prompts of the model-backed nodes. Each states goal, output format, tool guidance, limits."""
+"""The graph's own prompts (the router's, the evaluator's) and the task texts every worker is
+given; a worker's system prompt is its workspace's (`[workers.<category>]`). Each states
+goal, output format, tool guidance, limits."""
 
 from __future__ import annotations
 
@@ -12,50 +14,6 @@ ROUTER = "\n".join(
         "not claim to have looked anything up.",
         "Task limits: only classify; do not answer, merge or skip tickets; if unsure, use other.",
     ]
-)
-
-_NO_FILLER = (
-    'do not write filler such as "please wait a moment", "thank you for your patience" or '
-    '"we will resolve this soon".'
-)
-
-WORKERS = {
-    "billing": "\n".join(
-        [
-            "You are a billing specialist handling one ticket at a time.",
-            "Goal: establish the billing facts of this ticket and write a complete reply in "
-            "English.",
-            'Output format: one plain-text paragraph starting with "Ticket <ticket id>:", stating '
-            "the facts found, what has been done and what the customer can expect next; no "
-            "bullet lists, no pleasantries.",
-            "Tool guidance: billing facts must come from lookup_order, called with the order id "
-            "exactly as the ticket gives it; if it finds nothing, say so and do not infer amounts "
-            "or charge counts from the ticket text.",
-            "Task limits: handle only the billing part; do not modify orders, promise extra "
-            "compensation or answer non-billing questions; " + _NO_FILLER,
-        ]
-    ),
-    "bug": "\n".join(
-        [
-            "You are a defect specialist handling one ticket at a time.",
-            "Goal: decide whether this ticket is a known issue and write a complete reply in "
-            "English.",
-            'Output format: one plain-text paragraph starting with "Ticket <ticket id>:", giving '
-            "the matching known-issue number and conclusion, the workaround and when the fix "
-            "ships; no bullet lists, no pleasantries.",
-            "Tool guidance: use read_file on kb/known-issues.md to cross-check; cite the number "
-            "you matched; if nothing matches, say so and never invent an issue number.",
-            "Task limits: only identify the issue and reply; do not disable features, promise "
-            "minute-exact fix times or ask for passwords; " + _NO_FILLER,
-        ]
-    ),
-}
-
-OTHER_TEMPLATE = (
-    "Ticket {ticket_id} received. This ticket is neither about billing nor a product defect, so "
-    "it has been passed to our support team for personal follow-up: on business days, 9:00 to "
-    "18:00, you can call 0800 000 1234 to talk to us directly, or add details to this ticket, "
-    "where every reply is recorded."
 )
 
 

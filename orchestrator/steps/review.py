@@ -12,7 +12,7 @@ from pathlib import Path
 
 from orchestrator.run import ids
 from orchestrator.run.records import StepUsage, TicketRecord, TicketStatus
-from orchestrator.steps import agent, gate, prompts, report, routing
+from orchestrator.steps import agent, declarations, gate, prompts, report, routing
 from orchestrator.steps.agent import AgentResult
 from orchestrator.steps.context import Context
 from orchestrator.steps.draft import worker
@@ -101,6 +101,14 @@ class ReviewLoop:
             facts += [m.get("content") or "" for m in messages if m.get("role") == "tool"]
         return gate.Sources(task=prompts.draft_input(self.ticket_id, ticket_text), facts=facts)
 
+    @functools.cached_property
+    def own_checks(self) -> tuple[gate.OwnCheck, ...]:
+        """The workspace's own checks ([gate] checks)."""
+        if not self.config.checks:
+            return ()
+        found = declarations.load(Path(self.ctx.meta.workspace), self.config)
+        return tuple(found.gate_checks(self.config.checks))
+
     def check(self) -> gate.GateResult:
         """Gate the current text and trace the verdict of this round."""
         rules = gate.Rules(
@@ -108,6 +116,10 @@ class ReviewLoop:
             off=frozenset(self.config.gate_off),
             min_chars=self.config.min_chars,
             max_chars=self.config.max_chars,
+            own=self.own_checks,
+            ticket=gate.TicketView(
+                self.ticket_id, self.ctx.ticket_text(self.ticket_id), self.ticket.category
+            ),
         )
         result = gate.check(
             self.ticket_id, self.text, self.config.filler_phrases, self.sources, rules
@@ -152,7 +164,8 @@ class ReviewLoop:
                 return Outcome("max_rounds")
             if verdict.report == last_report:
                 return Outcome("no_progress")
-            if self.ticket.handler == "template" or self.ticket.category not in prompts.WORKERS:
+            workers = self.config.workers
+            if self.ticket.handler == "template" or self.ticket.category not in workers:
                 return Outcome("no_rewriter")
             last_report, self.rounds = verdict.report, self.rounds + 1
             if (failed := self.rewrite(verdict.report)) is not None:

@@ -47,7 +47,7 @@ def route(ctx: Context) -> list[str]:
             decisions |= {i: d for i, d in found.items() if d.how != "missing"}
     tickets = ctx.store.tickets()
     for ticket_id, decision in decisions.items():
-        _routed(tickets[ticket_id], decision)
+        _routed(tickets[ticket_id], decision, ctx.meta.config.scripted)
     ctx.store.save_tickets(tickets)
     for ticket_id, ticket in tickets.items():
         if ticket.stop == UNROUTED:
@@ -63,12 +63,19 @@ def route(ctx: Context) -> list[str]:
     return [i for i, t in tickets.items() if t.status is TicketStatus.ROUTED]
 
 
-def _routed(ticket: TicketRecord, decision: routing.Decision) -> None:
+SCRIPTED = (
+    " (no script of the workspace's scripted provider, scenarios/demo.yaml, matched it: "
+    "it answers the demo's tickets only; set LLM_BASE_URL to route yours with a real model)"
+)
+
+
+def _routed(ticket: TicketRecord, decision: routing.Decision, scripted: bool) -> None:
     """Record how the ticket was routed: its category, or, if it has none, a person."""
     ticket.routing, ticket.routed_as = decision.how, decision.raw
     if decision.category is None:
         ticket.status, ticket.stop = TicketStatus.NEEDS_HUMAN, UNROUTED
         ticket.error = "the router named no category for it, asked twice"
+        ticket.error += SCRIPTED if scripted else ""
     else:
         ticket.category, ticket.status = decision.category, TicketStatus.ROUTED
 
@@ -80,7 +87,7 @@ def _ask(ctx: Context, ids: list[str], name: str, trace: Tracer) -> AgentResult:
     return agent.run_agent(
         ctx,
         "router",
-        prompts.ROUTER.format(categories=", ".join(config.categories)),
+        prompts.ROUTER.format(categories=agent.categories_text(config)),
         prompts.router_input(text),
         ctx.store.agent_path(ROUTER, name),
         trace,

@@ -9,6 +9,7 @@ import httpx
 import pytest
 
 from bench.workload import Workload, build
+from orchestrator.config import layers
 from orchestrator.steps import prompts
 from orchestrator.workspace import Workspace
 from workers.provider import load_scenario, running_provider
@@ -78,15 +79,16 @@ def test_a_clone_is_answered_under_its_own_id(tmp_path: Path) -> None:
     workload = build(tmp_path / "ws", 12, latency_ms=0)
     text = (workload.root / "inbox" / "T-100010.txt").read_text().strip()  # a T-1004 clone
     draft = [{"role": "user", "content": prompts.draft_input("T-100010", text)}]
+    billing = layers.declared(Workspace(workload.root)).workers["billing"].prompt
     with running_provider(Workspace(workload.root).scenarios) as url:
         routes = ask(url, prompts.ROUTER, [{"role": "user", "content": "..."}])
-        first = ask(url, prompts.WORKERS["billing"], draft)["choices"][0]["message"]
+        first = ask(url, billing, draft)["choices"][0]["message"]
         call = first["tool_calls"][0]
         tool = {"role": "tool", "tool_call_id": call["id"], "content": "{}"}
-        second = ask(url, prompts.WORKERS["billing"], [*draft, first, tool])
+        second = ask(url, billing, [*draft, first, tool])
         previous = second["choices"][0]["message"]["content"]
         rewrite = prompts.rewrite_input("T-100010", previous, "filler: please wait a moment")
-        again = ask(url, prompts.WORKERS["billing"], [{"role": "user", "content": rewrite}])
+        again = ask(url, billing, [{"role": "user", "content": rewrite}])
     lines = routes["choices"][0]["message"]["content"].splitlines()
     assert len(lines) == 12 and lines[9] == "T-100010: billing"
     assert routes["usage"]["total_tokens"] == 720

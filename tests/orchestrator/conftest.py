@@ -169,17 +169,21 @@ def embedded_redis_servers(parent: int | None = None) -> set[str]:
 
 @contextlib.contextmanager
 def worker_processes(
-    env: dict[str, str], logs: Path, names: list[str], processes: int = 1, threads: int = 2
+    env: dict[str, str],
+    logs: Path,
+    names: list[str],
+    processes: int = 1,
+    threads: int = 2,
+    args: list[str] | None = None,
 ) -> Iterator[list[subprocess.Popen[bytes]]]:
-    """`ticketgraph worker` processes with `env`, ready to take tasks; stopped by PID after
-    (SIGTERM: their warm shutdown; SIGKILL if one lingers)."""
+    """`ticketgraph worker` processes with `env` (and more `args`), ready to take tasks;
+    stopped by PID after (SIGTERM: their warm shutdown; SIGKILL if one lingers)."""
     procs: list[subprocess.Popen[bytes]] = []
     try:
         for name in names:
+            log = logs / f"{name}.log"
             procs.append(
-                _start_worker(
-                    {**clean_env(), **env}, logs / f"{name}.log", name, processes, threads
-                )
+                _start_worker({**clean_env(), **env}, log, name, processes, threads, args or [])
             )
         for proc, name in zip(procs, names, strict=True):
             _wait_ready(proc, logs / f"{name}.log")
@@ -196,10 +200,11 @@ def worker_processes(
 
 
 def _start_worker(
-    env: dict[str, str], log: Path, name: str, processes: int, threads: int
+    env: dict[str, str], log: Path, name: str, processes: int, threads: int, args: list[str]
 ) -> subprocess.Popen[bytes]:
     cmd = [sys.executable, "-m", "orchestrator.cli", "worker", "--hostname", name]
     cmd += ["--processes", str(processes), "--threads", str(threads), "--loglevel", "INFO"]
+    cmd += args
     with log.open("wb") as handle:
         return subprocess.Popen(cmd, env=env, stdout=handle, stderr=subprocess.STDOUT)
 

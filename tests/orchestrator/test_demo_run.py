@@ -162,21 +162,23 @@ def test_request_settings_per_role_and_their_environment_overrides(
     assert models == {"small-1"}
 
 
-ROLE_TABLES = """
-[harness.bug]
-max_turns = 1              # the bug worker needs two turns (read_file, then the reply)
+ROLE_KEYS = {
+    "bug": "max_turns = 1  # the bug worker needs two turns (read_file, then the reply)",
+    "billing": "budget_usd = 0.002         # its first reply costs about $0.0027: no second call\n"
+    'model = "billing-large"',
+}
 
-[harness.billing]
-budget_usd = 0.002         # its first reply costs about $0.0027: no second call
-model = "billing-large"
-"""
+
+def with_keys(text: str, table: str, keys: str) -> str:
+    """ticketgraph.toml's `text` with `keys` added to its table `table`."""
+    return text.replace(f"[{table}]\n", f"[{table}]\n{keys}\n", 1)
 
 
 def test_turn_caps_budgets_models_and_prompts_per_role(demo: Path, cli: Cli) -> None:
-    """[harness.bug] and [harness.billing] set their own turn cap, budget and model, and
+    """[workers.bug] and [workers.billing] set their own turn cap, budget and model, and
     [harness.router] its own prompt; each stop keeps its own reason (not worker_failed),
     and the other roles keep [harness]'s settings."""
-    (demo / "prompts").mkdir()
+    (demo / "prompts").mkdir(exist_ok=True)
     (demo / "prompts" / "router.md").write_text(
         "You are the ticket router of ACME. Use only: {categories}.\n"
         "Output: one `<ticket id>: <category>` line per ticket.\n"
@@ -185,7 +187,9 @@ def test_turn_caps_budgets_models_and_prompts_per_role(demo: Path, cli: Cli) -> 
     text = config.read_text().replace(
         "[harness.router]", '[harness.router]\nprompt_file = "prompts/router.md"\n#', 1
     )
-    config.write_text(text + ROLE_TABLES)
+    for worker, keys in ROLE_KEYS.items():
+        text = with_keys(text, f"workers.{worker}", keys)
+    config.write_text(text)
     done = cli("run", cwd=demo)
     assert done.returncode == 1, done.stderr
     record = state(demo)
@@ -199,8 +203,9 @@ def test_turn_caps_budgets_models_and_prompts_per_role(demo: Path, cli: Cli) -> 
         return json.loads((agents / f"{name}.json").read_text())
 
     router = agent("_router.route")
-    assert router["messages"][0]["content"].startswith(
-        "You are the ticket router of ACME. Use only: billing, bug, other."
+    assert router["messages"][0]["content"].startswith(  # each worker's description too
+        "You are the ticket router of ACME. Use only: billing (charges, refunds, invoices and "
+        "payment), bug (a product defect or an error in the app), other."
     )
     assert router["model"] == "demo" and agent("T-1002.draft")["model"] == "demo"
     assert agent("T-1001.draft")["model"] == "billing-large"
@@ -211,10 +216,13 @@ def test_turn_caps_budgets_models_and_prompts_per_role(demo: Path, cli: Cli) -> 
 
 def test_a_prompt_file_that_cannot_be_read_is_a_configuration_error(demo: Path, cli: Cli) -> None:
     config = demo / "ticketgraph.toml"
-    config.write_text(config.read_text() + '\n[harness.bug]\nprompt_file = "prompts/none.md"\n')
+    text = config.read_text().replace(
+        'prompt_file = "prompts/bug.md"', 'prompt_file = "prompts/none.md"'
+    )
+    config.write_text(text)
     done = cli("run", cwd=demo)
     assert done.returncode == 78
-    assert "[harness.bug] prompt_file 'prompts/none.md'" in done.stderr
+    assert "[workers.bug] prompt_file 'prompts/none.md'" in done.stderr
     assert done.stderr.count("\n") == 1
     assert len(list((demo / "inbox").iterdir())) == 6  # nothing claimed
 

@@ -30,6 +30,7 @@ def _new_run(root: Path, tickets: list[str], status: TicketStatus) -> RunStore:
         model="demo",
         max_turns=6,
         budget_usd=None,
+        templates={"other": "Ticket {ticket_id} received."},
     )
     now = now_iso()
     store.write_meta(

@@ -12,18 +12,17 @@ import pytest
 from celery import Celery
 
 from orchestrator.broker.redis_server import RedisServer
-from orchestrator.config.tables import DEFAULT_READS
 from orchestrator.errors import RunStateError
 from orchestrator.run import ids
 from orchestrator.run.store import RunStore
-from orchestrator.steps.catalogs import tools_for
-from orchestrator.steps.sandbox import Sandbox, root_problem
+from orchestrator.steps import declarations
 from orchestrator.workspace import CONFIG_FILE
 from tests.orchestrator.conftest import Cli, demo_scripts, state, worker_processes, write_scenarios
+from workers.builtin_tools import read_file
 from workers.cancel import CancelToken
-from workers.chapter_tools import PathArgs
 from workers.errors import PermanentToolError, ToolError
-from workers.tools import ToolContext
+from workers.sandbox import Sandbox, root_problem
+from workers.tools import Tool, ToolContext
 
 SECRET = "sk-live-hunter2"
 
@@ -44,9 +43,18 @@ def tricky(demo: Path, tmp_path: Path) -> Path:
     return demo
 
 
+def _context(workspace: Path, reads: list[str]) -> ToolContext:
+    return ToolContext(CancelToken(), files=Sandbox(workspace, reads))
+
+
 def _read(workspace: Path, path: str) -> str:
-    (read_file,) = tools_for("bug", workspace, DEFAULT_READS)
-    return read_file.run(PathArgs(path=path), ToolContext(CancelToken()))
+    """The bug worker's read_file, over its readable roots (the demo: kb)."""
+    return read_file.run(read_file.args(path=path), _context(workspace, ["kb"]))
+
+
+def _lookup_order(workspace: Path) -> Tool:
+    """The demo's own lookup_order tool, imported from the workspace as a worker does."""
+    return declarations.preload(workspace).tools["demo_tools:lookup_order"]
 
 
 def test_the_bug_worker_reads_its_knowledge_base(tricky: Path) -> None:
@@ -84,12 +92,12 @@ def test_a_missing_file_inside_a_root_is_a_correctable_error(tricky: Path) -> No
 
 
 def test_billing_reads_only_its_orders_file(tricky: Path) -> None:
-    lookup = tools_for("billing", tricky, {"billing": ["data/orders.json"]})[0]
-    row = json.loads(lookup.run(lookup.args(order_id="A-77301"), ToolContext(CancelToken())))
+    lookup = _lookup_order(tricky)
+    args = lookup.args(order_id="A-77301")
+    row = json.loads(lookup.run(args, _context(tricky, ["data/orders.json"])))
     assert row["charged_times"] == 2
-    nothing = tools_for("billing", tricky, {"billing": ["kb"]})[0]
     with pytest.raises(PermanentToolError, match="outside what this worker may read"):
-        nothing.run(nothing.args(order_id="A-77301"), ToolContext(CancelToken()))
+        lookup.run(args, _context(tricky, ["kb"]))
 
 
 @pytest.mark.parametrize(
@@ -108,7 +116,7 @@ def test_a_root_that_links_out_of_the_workspace_is_refused(tricky: Path, tmp_pat
 
 def test_an_unsafe_root_in_the_config_stops_the_run_before_it_starts(demo: Path, cli: Cli) -> None:
     config = demo / CONFIG_FILE
-    config.write_text(config.read_text().replace('bug = ["kb"]', 'bug = ["inbox"]'))
+    config.write_text(config.read_text().replace('reads = ["kb"]', 'reads = ["inbox"]'))
     done = cli("run", cwd=demo)
     assert done.returncode == 78, done.stderr
     assert "inbox/ is never readable" in done.stderr

@@ -237,13 +237,14 @@ def test_stats_count_requests_tokens_and_scripts_and_reset(serve: Serve) -> None
         "completion_tokens": sum(u["completion_tokens"] for u in usages),
         "scripts": {"a": 2, "b": 1},
         "params": {"a: none": 2, "b: none": 1},  # no max_tokens or temperature was sent
+        "tools": {},  # no request offered a tool
     }
     reset = httpx.post(f"{url.removesuffix('/v1')}/stats/reset", timeout=5)
     assert reset.status_code == 200
     zero = {"requests": 0, "in_flight": 0, "max_in_flight": 0, "prompt_tokens": 0}
     after = stats(url)
     assert after.pop("cpu_s") >= 0
-    assert after == {**zero, "completion_tokens": 0, "scripts": {}, "params": {}}
+    assert after == {**zero, "completion_tokens": 0, "scripts": {}, "params": {}, "tools": {}}
 
 
 def test_cpu_s_grows_with_requests_and_restarts_at_reset(serve: Serve) -> None:

@@ -4,7 +4,8 @@ answered from the same scenario.
     POST /v1/chat/completions   a scripted reply (or a scripted fault)
     POST /v1/messages           the same, in Anthropic's shape (anthropic_messages.py)
     GET  /stats                 requests, in-flight, tokens, per-script counts, the request
-                                settings each script saw (`params`), CPU seconds
+                                settings each script saw (`params`), the tools its last
+                                request offered (`tools`), CPU seconds
     POST /stats/reset           zero the stats
     GET  /healthz               {"ok": true}
 
@@ -60,6 +61,8 @@ class Stats:
     completion_tokens: int = 0
     scripts: Counter[str] = field(default_factory=Counter)
     params: Counter[str] = field(default_factory=Counter)  # "script: max_tokens=… …" -> n
+    # script -> the tools (name -> JSON schema of its parameters) its last request offered
+    tools: dict[str, dict[str, Any]] = field(default_factory=dict)
     cpu_started: float = field(default_factory=time.process_time)
 
     def begin(self) -> None:
@@ -85,6 +88,7 @@ class Stats:
         self.max_in_flight = self.in_flight
         self.scripts.clear()
         self.params.clear()
+        self.tools.clear()
         self.cpu_started = time.process_time()
 
     def snapshot(self) -> dict[str, Any]:
@@ -97,6 +101,7 @@ class Stats:
             "completion_tokens": self.completion_tokens,
             "scripts": dict(self.scripts),
             "params": dict(self.params),
+            "tools": dict(self.tools),
             "cpu_s": round(time.process_time() - self.cpu_started, 6),
         }
 
@@ -183,6 +188,9 @@ async def _answer(
         return error_response(400, message, messages_api=messages_api)
     script, turn = matched.script, request.turn
     state.stats.params[f"{script.name}: {request.params}"] += 1
+    if request.tools:
+        offered = (t.get("function", t) for t in request.tools)
+        state.stats.tools[script.name] = {t.get("name"): t.get("parameters") for t in offered}
     fault = state.faults.take(script, turn)
     if fault is not None:
         await asyncio.sleep(fault.hang_ms / 1000)

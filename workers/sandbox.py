@@ -1,7 +1,8 @@
 """What a worker's tools may read: a few named folders or files of the workspace, never more.
 
-Each worker category gets an explicit list of readable roots (ticketgraph.toml, [tools.reads];
-the demo: kb/ for bug, data/orders.json for billing). The workspace root itself, inbox/ (other
+Each worker gets an explicit list of readable roots (`reads` in its `[workers.<category>]`
+table; the demo: kb/ for bug, data/orders.json for billing), and its tools reach them only
+through `ToolContext.files`, a `Sandbox`. The workspace root itself, inbox/ (other
 customers' tickets), runs/, out/, quarantine/ and dotfiles (.env) are never roots. A path a
 model asks for is checked twice: as written (relative, no `..`, no hidden part) and as the
 file it really is once symlinks are resolved (inside a root, by whole path components, so
@@ -76,3 +77,26 @@ class Sandbox:
         if not real.is_file():
             raise ToolError(f"no such file: {asked} (readable: {self.describe()})")
         return real
+
+    def read(self, asked: str) -> str:
+        """The text of a readable file (UTF-8); a file that cannot be read is a `ToolError`."""
+        path = self.file(asked)
+        try:
+            return path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ToolError(f"cannot read {asked}: {exc}") from exc
+
+    def files(self) -> list[str]:
+        """Every readable file, as paths relative to the workspace, sorted (dotfiles, and
+        files a symlink takes out of the roots, left out)."""
+        found: set[str] = set()
+        for root in self.roots:
+            candidates = [root] if root.is_file() else (p for p in root.rglob("*") if p.is_file())
+            for path in candidates:
+                relative = path.relative_to(self.base)
+                if any(part.startswith(".") for part in relative.parts):
+                    continue
+                real = path.resolve()
+                if any(real == r or real.is_relative_to(r) for r in self.roots):
+                    found.add(relative.as_posix())
+        return sorted(found)

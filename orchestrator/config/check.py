@@ -1,0 +1,57 @@
+"""`ticketgraph check`: what a workspace would run, checked the way `run` checks it before it
+claims anything (ticketgraph.toml, its prompts and templates, the tools and checks it
+imports, the routing prompt), and shown category by category, without claiming a ticket or
+paying for a model call."""
+
+from __future__ import annotations
+
+from orchestrator.config import layers
+from orchestrator.config.environment import GraphSettings
+from orchestrator.run.records import RunConfig, WorkerSpec
+from orchestrator.steps import agent, declarations, prompts
+from orchestrator.workspace import CONFIG_FILE, Workspace
+from workers.settings import HarnessSettings
+
+
+def check(workspace: Workspace, settings: GraphSettings, llm: HarnessSettings) -> str:
+    """What each category would run, as text; `ConfigError` (or `UsageError`) naming the
+    first problem, the same one `run` would stop on."""
+    workspace.require().check_folders()
+    effective = layers.load(workspace, settings, llm)
+    config = layers.run_config(workspace, effective, settings, llm)
+    found = declarations.load(workspace.root, config)
+    agent.role_of(config, "router")  # the router's settings resolve
+    routing = prompts.ROUTER.format(categories=agent.categories_text(config))
+    lines = [f"{workspace.root / CONFIG_FILE}: ok, nothing claimed or paid"]
+    lines.append(f"  router: {len(routing)} characters of prompt; categories, in order:")
+    for name in config.categories:
+        if name in config.workers:
+            lines += _worker(name, config.workers[name], config, found)
+        else:
+            lines.append(f"  {name}: template, {len(config.templates[name])} characters")
+    checks = ", ".join(config.checks) or "none of your own"
+    lines.append(f"  gate: {len(config.filler_phrases)} filler phrases; checks: {checks}")
+    lines.append(f"  model endpoint: {_endpoint(workspace, llm)}")
+    lines.append(f"  fingerprint: {found.fingerprint[:16]} (every worker must load the same)")
+    return "\n".join(lines) + "\n"
+
+
+def _worker(
+    name: str, spec: WorkerSpec, config: RunConfig, found: declarations.Declarations
+) -> list[str]:
+    role = agent.role_of(config, name)
+    tools = [f"{t.name}{'' if t.read_only else ' (write)'}" for t in found.tools_of(spec)]
+    caps = f"model {role.model}, {role.max_turns} turns, budget ${role.budget_usd or 0:g}"
+    return [
+        f"  {name}: worker — {spec.description or 'no description'}",
+        f"    prompt: {len(spec.prompt)} characters; {caps}",
+        f"    tools: {', '.join(tools) or 'none'}; reads: {', '.join(spec.reads) or 'nothing'}",
+    ]
+
+
+def _endpoint(workspace: Workspace, llm: HarnessSettings) -> str:
+    if llm.base_url:
+        return f"{llm.base_url} ({llm.api} API)"
+    if workspace.scenarios.exists():
+        return f"none set: `run` serves the scripted replies of {workspace.scenarios.name}"
+    return "none set: `run` needs LLM_BASE_URL (this workspace has no scripted replies)"
