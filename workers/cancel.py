@@ -3,22 +3,47 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 from workers.errors import Cancelled
 
 
 class CancelToken:
-    """A one-way switch with a reason; waits on it wake the moment it is set."""
+    """A one-way switch with a reason; waits on it wake the moment it is set, and what was
+    registered with `on_cancel` (a request's socket to cut, say) runs then."""
 
     def __init__(self) -> None:
         self._event = threading.Event()
+        self._lock = threading.Lock()
+        self._callbacks: dict[int, Callable[[], None]] = {}
+        self._next = 0
         self.reason: str | None = None
 
     def cancel(self, reason: str = "cancelled") -> None:
-        """Set the token; every wait on it returns at once."""
-        if not self._event.is_set():
+        """Set the token; every wait on it returns at once and every callback runs (in the
+        caller's thread)."""
+        with self._lock:
+            if self._event.is_set():
+                return
             self.reason = reason
             self._event.set()
+            callbacks, self._callbacks = list(self._callbacks.values()), {}
+        for callback in callbacks:
+            callback()
+
+    def on_cancel(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Run `callback` when the token is set (at once, if it is); returns what removes it."""
+        with self._lock:
+            if not self._event.is_set():
+                key, self._next = self._next, self._next + 1
+                self._callbacks[key] = callback
+                return lambda: self._remove(key)
+        callback()
+        return lambda: None
+
+    def _remove(self, key: int) -> None:
+        with self._lock:
+            self._callbacks.pop(key, None)
 
     @property
     def cancelled(self) -> bool:

@@ -26,6 +26,7 @@ from tenacity import (
     wait_random_exponential,
 )
 
+from workers import abortable
 from workers.cancel import CancelToken
 from workers.errors import Cancelled, ProviderError
 from workers.settings import HarnessSettings
@@ -67,6 +68,10 @@ class ModelClient:
             # request sent on a connection the server is closing fails without an answer.
             limits=httpx.Limits(keepalive_expiry=KEEPALIVE_S),
         )
+        # A cancel cuts the request's connection (the server sees it abandoned); a client
+        # passed in (tests) is left as it is.
+        if http is None:
+            abortable.install(self.http)
 
     def close(self) -> None:
         """Close the connection pool."""
@@ -85,8 +90,8 @@ class ModelClient:
         Transient failures (408, 409, 429, 5xx, refused or reset connections, timeouts, a
         malformed body) are retried with exponential backoff and full jitter, honouring
         `Retry-After`, at most `max_retries` times and within `retry_max_s`. `Cancelled` the
-        moment `cancel` is set, even mid-request or mid-wait (an abandoned request may still
-        be billed by the server).
+        moment `cancel` is set, even mid-request or mid-wait: the request's connection is
+        cut, so the server sees it abandoned (it may still bill what it produced).
         """
         body = self.api.body(model, messages, tools, params)
         retrying = Retrying(
@@ -125,15 +130,30 @@ class ModelClient:
         return str(url.copy_with(username=None, password=None, query=None)).rstrip("/")
 
     def _post_until(self, body: dict[str, Any], cancel: CancelToken) -> httpx.Response:
-        """`_post` on a helper thread, so that a cancel does not wait for the reply."""
+        """`_post` on a helper thread, so that a cancel does not wait for the reply; the
+        cancel cuts the request's connection (workers/abortable.py)."""
         cancel.check()
-        future = _requests().submit(self._post, body)
-        while True:
-            try:
-                return future.result(timeout=CANCEL_POLL_S)
-            except WaitTimeout:
-                if cancel.cancelled:
-                    raise Cancelled(cancel.reason or "cancelled") from None
+        cut = abortable.Cut()
+
+        def send() -> httpx.Response:
+            with abortable.cuttable(cut):
+                return self._post(body)
+
+        future = _requests().submit(send)
+        forget = cancel.on_cancel(cut.cut)
+        try:
+            while True:
+                try:
+                    return future.result(timeout=CANCEL_POLL_S)
+                except WaitTimeout:
+                    if cancel.cancelled:
+                        raise Cancelled(cancel.reason or "cancelled") from None
+                except ProviderError:
+                    if cancel.cancelled:  # the cut connection's error: the cancel is the news
+                        raise Cancelled(cancel.reason or "cancelled") from None
+                    raise
+        finally:
+            forget()
 
     def _post(self, body: dict[str, Any]) -> httpx.Response:
         url = f"{self.where}/{self.api.PATH}"

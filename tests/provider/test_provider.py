@@ -229,6 +229,7 @@ def test_stats_count_requests_tokens_and_scripts_and_reset(serve: Serve) -> None
     assert chat(url, "c", [user()]).status_code == 400
     seen = stats(url)
     assert seen.pop("cpu_s") > 0
+    assert time.time() - seen.pop("last_arrival_at") < 60  # the 400's, a moment ago
     assert seen == {
         "requests": 4,
         "in_flight": 0,
@@ -238,13 +239,22 @@ def test_stats_count_requests_tokens_and_scripts_and_reset(serve: Serve) -> None
         "scripts": {"a": 2, "b": 1},
         "params": {"a: none": 2, "b: none": 1},  # no max_tokens or temperature was sent
         "tools": {},  # no request offered a tool
+        "abandoned": 0,  # every client waited for its reply
+        "last_abandoned_at": None,
     }
     reset = httpx.post(f"{url.removesuffix('/v1')}/stats/reset", timeout=5)
     assert reset.status_code == 200
     zero = {"requests": 0, "in_flight": 0, "max_in_flight": 0, "prompt_tokens": 0}
     after = stats(url)
     assert after.pop("cpu_s") >= 0
-    assert after == {**zero, "completion_tokens": 0, "scripts": {}, "params": {}, "tools": {}}
+    empty = {"scripts": {}, "params": {}, "tools": {}, "abandoned": 0}
+    assert after == {
+        **zero,
+        **empty,
+        "completion_tokens": 0,
+        "last_abandoned_at": None,
+        "last_arrival_at": None,
+    }
 
 
 def test_cpu_s_grows_with_requests_and_restarts_at_reset(serve: Serve) -> None:

@@ -117,6 +117,39 @@ def test_a_cancel_stops_a_retry_wait_at_once(tmp_path: Path) -> None:
         assert time.monotonic() - started < 10  # not the 30 s the server asked for
 
 
+def _stats(url: str) -> dict[str, Any]:
+    return httpx.get(url.replace("/v1", "/stats")).json()  # type: ignore[no-any-return]
+
+
+def test_a_cancel_cuts_the_request_and_the_server_sees_it_go(tmp_path: Path) -> None:
+    # A 30 s reply: the cancel at 0.3 s must end the wait at once AND cut the connection,
+    # so the server counts the request abandoned (it no longer works for nobody).
+    with running_provider(_scripted(tmp_path, [], latency_ms=30_000)) as url:
+        client = _client(url)
+        cancel = CancelToken()
+        cancel.cancel_after(0.3, "stop")
+        started = time.time()
+        with pytest.raises(Cancelled, match="stop"):
+            client.complete("m", HELLO, [], cancel=cancel)
+        assert time.time() - started < 5
+        deadline = time.monotonic() + 5
+        while _stats(url)["abandoned"] < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        stats = _stats(url)
+        assert stats["abandoned"] == 1 and stats["in_flight"] == 0
+        assert stats["last_abandoned_at"] - started < 5  # seconds after the cancel, not 30
+
+
+def test_a_request_that_ended_is_not_cut_by_a_late_cancel(tmp_path: Path) -> None:
+    with running_provider(_scripted(tmp_path, [])) as url:
+        client = _client(url)
+        cancel = CancelToken()
+        assert client.complete("m", HELLO, [], cancel=cancel).message.content == "hi"
+        cancel.cancel("late")  # the pooled connection it used stays usable
+        assert client.complete("m", HELLO, []).message.content == "hi"
+        assert _stats(url)["abandoned"] == 0
+
+
 # --- reply shapes of real servers ------------------------------------------------------------
 
 

@@ -64,16 +64,28 @@ class Stats:
     # script -> the tools (name -> JSON schema of its parameters) its last request offered
     tools: dict[str, dict[str, Any]] = field(default_factory=dict)
     cpu_started: float = field(default_factory=time.process_time)
+    # Requests whose client went away while they waited for their reply (a cancel cut
+    # them), and when (wall clock, seconds since the epoch) the last one went, and the last
+    # request of all arrived: what a test of cancel reads.
+    abandoned: int = 0
+    last_abandoned_at: float | None = None
+    last_arrival_at: float | None = None
 
     def begin(self) -> None:
         """A chat-completions request has arrived."""
         self.requests += 1
+        self.last_arrival_at = time.time()
         self.in_flight += 1
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
 
     def end(self) -> None:
         """A chat-completions request has been answered (in any way)."""
         self.in_flight -= 1
+
+    def abandon(self) -> None:
+        """A request's client left before its reply."""
+        self.abandoned += 1
+        self.last_abandoned_at = time.time()
 
     def record(self, script: Script, reply: RenderedReply | None) -> None:
         """Count a request `script` matched, and the tokens of its reply if it gave one."""
@@ -84,7 +96,8 @@ class Stats:
 
     def reset(self) -> None:
         """Zero the counters; requests still running stay counted in flight."""
-        self.requests = self.prompt_tokens = self.completion_tokens = 0
+        self.requests = self.prompt_tokens = self.completion_tokens = self.abandoned = 0
+        self.last_abandoned_at = self.last_arrival_at = None
         self.max_in_flight = self.in_flight
         self.scripts.clear()
         self.params.clear()
@@ -102,6 +115,9 @@ class Stats:
             "scripts": dict(self.scripts),
             "params": dict(self.params),
             "tools": dict(self.tools),
+            "abandoned": self.abandoned,
+            "last_abandoned_at": self.last_abandoned_at,
+            "last_arrival_at": self.last_arrival_at,
             "cpu_s": round(time.process_time() - self.cpu_started, 6),
         }
 
@@ -179,9 +195,10 @@ async def _parse(http: Request) -> ChatRequest | Response:
 
 
 async def _answer(
-    request: ChatRequest, state: ProviderState, messages_api: bool = False
+    request: ChatRequest, state: ProviderState, http: Request, messages_api: bool = False
 ) -> Response:
-    """Match a script, play its fault or latency, and render the reply for this turn."""
+    """Match a script, play its fault or latency, and render the reply for this turn; a
+    client that leaves meanwhile is counted as abandoned (nobody reads the reply)."""
     matched = state.scenario.match(ConversationView.of(request))
     if matched is None:
         message = f"no script matched the request (model {request.model!r})"
@@ -193,11 +210,13 @@ async def _answer(
         state.stats.tools[script.name] = {t.get("name"): t.get("parameters") for t in offered}
     fault = state.faults.take(script, turn)
     if fault is not None:
-        await asyncio.sleep(fault.hang_ms / 1000)
+        if await _client_left(http, fault.hang_ms / 1000):
+            return _abandoned(state)
         if fault.status is not None or fault.malformed or fault.reset:
             state.stats.record(script, None)
             return _fault_response(fault, script, turn, messages_api)
-    await asyncio.sleep(script.latency_ms / 1000)
+    if await _client_left(http, script.latency_ms / 1000):
+        return _abandoned(state)
     reply = script.reply_for(turn)
     if reply is None:
         state.stats.record(script, None)
@@ -209,6 +228,23 @@ async def _answer(
     if messages_api:
         return JSONResponse(anthropic_messages.message_body(request, rendered))
     return JSONResponse(completion_body(request, rendered))
+
+
+async def _client_left(http: Request, seconds: float) -> bool:
+    """Wait `seconds` (the scripted latency); True, at once, if the client disconnects
+    meanwhile. The body was read, so the next ASGI message is the disconnect."""
+    if seconds <= 0:
+        return False
+    try:
+        message = await asyncio.wait_for(http.receive(), seconds)
+    except TimeoutError:
+        return False
+    return message.get("type") == "http.disconnect"
+
+
+def _abandoned(state: ProviderState) -> Response:
+    state.stats.abandon()
+    return Response(status_code=499)  # nobody reads it: the client left
 
 
 def _fault_response(
@@ -241,7 +277,7 @@ async def chat_completions(http: Request) -> Response:
     state.stats.begin()
     try:
         parsed = await _parse(http)
-        response = await _answer(parsed, state) if isinstance(parsed, ChatRequest) else parsed
+        response = await _answer(parsed, state, http) if isinstance(parsed, ChatRequest) else parsed
     finally:
         state.stats.end()
     response.headers["X-Service-Ms"] = f"{(time.perf_counter() - started) * 1000:.3f}"
@@ -264,7 +300,7 @@ async def messages(http: Request) -> Response:
         except (ValueError, AttributeError) as exc:
             parsed = error_response(400, f"not a Messages request: {exc}", messages_api=True)
         if isinstance(parsed, ChatRequest):
-            response = await _answer(parsed, state, messages_api=True)
+            response = await _answer(parsed, state, http, messages_api=True)
         else:
             response = parsed
     finally:
