@@ -47,7 +47,7 @@ from celery import Celery
 
 from bench.services import Provider, Workers, WorkerSpec, child_env, ticketgraph
 from orchestrator.broker.redis_server import RedisServer
-from orchestrator.workspace import DEMO_SCENARIOS, init_demo
+from orchestrator.workspace import CONFIG_FILE, DEMO_SCENARIOS, init_demo
 
 POINTS = ("model", "write", "review")
 STALL_POINTS = ("model", "review")  # `--mode stall`: where the process is stopped
@@ -105,6 +105,16 @@ def soak_scripts() -> list[dict[str, Any]]:
     return list(scripts)
 
 
+def policy_approves_refunds(workspace: Path) -> None:
+    """The soak's refund (399.00) is above the demo's approval limit; here the policy
+    approves every refund (recorded as such), so the write runs within the trial."""
+    config = workspace / CONFIG_FILE
+    text = config.read_text()
+    limit = 'approval = { request_refund = "amount_cents > 5000" }'
+    assert limit in text, "the demo's refund policy changed: update the soak"
+    config.write_text(text.replace(limit, 'approval = { request_refund = "never" }'))
+
+
 def init_source() -> Path:
     """The packaged demo workspace."""
     return Path(__file__).resolve().parents[1] / "orchestrator" / "demo"
@@ -149,6 +159,7 @@ def _trial(
 ) -> Trial:
     workspace = folder / "demo"
     init_demo(workspace)
+    policy_approves_refunds(workspace)
     before = llm.stats(reset=True)["requests"]
     started = time.monotonic()
     log = folder / "run.log"

@@ -66,6 +66,9 @@ class Harness:
     fence: Fence = UNFENCED
     # The ticket, files and effects log every tool call of this run sees (ToolContext).
     scope: ToolScope = field(default_factory=ToolScope)
+    # Whether a call may run without a person (tool, its arguments, the call id): the
+    # caller's approval policy, which may approve it itself. None: the tools' own flags.
+    approval: Callable[[Tool, BaseModel, str], bool] | None = None
 
 
 def run(state: RunState, h: Harness) -> RunState:
@@ -196,7 +199,7 @@ def _answer(state: RunState, h: Harness, call: ToolCall) -> str:
         args = tool.parse(arguments)
     except ToolError as exc:
         return _tool_failed(state, h, call, exc)
-    if tool.needs_approval and call.id not in state.approved:
+    if call.id not in state.approved and not _may_run(h, tool, args, call):
         h.tracer.emit("approval_required", tool=name, args=arguments, call_id=call.id)
         interruption = Interruption(
             type="approval", call_id=call.id, tool=name, args=args.model_dump()
@@ -215,6 +218,14 @@ def _answer(state: RunState, h: Harness, call: ToolCall) -> str:
             "was recorded; it may have taken effect. Check before calling it again."
         )
     return _execute(state, h, call, tool, args)
+
+
+def _may_run(h: Harness, tool: Tool, args: BaseModel, call: ToolCall) -> bool:
+    """Whether `call` may run without a person's decision: the caller's policy says (it may
+    approve the call itself, and record that), else the tool's own `needs_approval` flag."""
+    if h.approval is None:
+        return not tool.needs_approval
+    return h.approval(tool, args, call.id)
 
 
 def _execute(state: RunState, h: Harness, call: ToolCall, tool: Tool, args: BaseModel) -> str:

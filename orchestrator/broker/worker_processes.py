@@ -27,7 +27,7 @@ from celery.utils.log import get_logger
 from celery.worker import WorkController
 from celery.worker import state as worker_state
 
-from orchestrator.broker import heartbeat
+from orchestrator.broker import control, heartbeat
 from orchestrator.broker.redis_server import die_with_parent
 from orchestrator.errors import BrokerError
 
@@ -49,6 +49,7 @@ class _ReadyWorker(WorkController):
         super().on_consumer_ready(consumer)
         signals.worker_ready.send(sender=consumer)
         heartbeat.start()
+        control.start(self.app.conf.broker_url)  # cancels reach this process's steps
         logger.info("%s ready.", self.hostname)
         os.write(self.ready_fd, b"1")
 
@@ -162,6 +163,7 @@ def _child_main(app: Celery, hostname: str, threads: int, loglevel: str, ready_f
             worker.start()
         finally:
             heartbeat.stop()
+            control.stop()
         code = worker.exitcode or 0
     except BaseException:
         traceback.print_exc()

@@ -16,7 +16,8 @@ from orchestrator.config.environment import GraphSettings
 from orchestrator.errors import BrokerUnavailable, RunStorageError
 from orchestrator.exit_codes import ExitCode
 from orchestrator.plan import submission
-from orchestrator.run.records import FAILED_STOPS, RunMeta, RunPhase, RunRecord
+from orchestrator.run.records import FAILED_STOPS, Cancel, RunMeta, RunPhase, RunRecord
+from orchestrator.run.retry import Reopened
 from orchestrator.run.store import RunStore
 from workers.settings import HarnessSettings
 
@@ -263,3 +264,27 @@ def resume_command(run: RunMeta | RunStore) -> str:
 def plural(count: int, noun: str) -> str:
     """`1 ticket`, `2 tickets`."""
     return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def _cancel_of(cancel: Cancel) -> str:
+    what = f"cancel of {cancel.ticket}" if cancel.ticket else "run's cancel"
+    return f"{what} ({cancel.why}, at {cancel.at})"
+
+
+def reopened(taken: Reopened) -> str:
+    """What `resume` takes up again, in a line each (nothing if nothing)."""
+    lines = [f"lifting the {_cancel_of(c)}" for c in taken.cancels]
+    if taken.retried:
+        kind = "failed or cancelled ticket" if taken.cancels else "failed ticket"
+        tickets = plural(len(taken.retried), kind)
+        lines.append(f"retrying {tickets}: {', '.join(taken.retried)}")
+    if taken.decided:
+        tickets = plural(len(taken.decided), "decided ticket")
+        lines.append(f"taking up {tickets}: {', '.join(taken.decided)}")
+    if taken.expired:
+        lines.append(f"expired undecided: {', '.join(taken.expired)} (they need a human)")
+    if taken.still_waiting:
+        waiting = plural(taken.still_waiting, "ticket")
+        verb = "waits" if taken.still_waiting == 1 else "wait"
+        lines.append(f"{waiting} still {verb} for a decision (ticketgraph pending)")
+    return "".join(f"{line}\n" for line in lines)

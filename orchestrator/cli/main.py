@@ -255,6 +255,121 @@ def run(opts: RunOptions, pool_size: int | None, stop_after: str | None) -> int:
     return console.wait_for_verdict(store, settings, shown, opts.log_format, opts.as_json)
 
 
+@cli.command()
+@workspace_option
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
+@reports_errors("pending")
+def pending(workspace: Path, as_json: bool) -> int:
+    """List the tool calls that wait for a person's decision, in every run.
+
+    Every call a worker stopped for (its tool's approval policy wants a person): the run,
+    the ticket, the tool, its arguments, how long it has waited, and the commands that
+    decide it.
+    """
+    from orchestrator.cli import decisions
+    from orchestrator.workspace import Workspace
+
+    print(decisions.pending_text(Workspace(workspace).require().root, as_json), end="")
+    return ExitCode.ALL_PASS
+
+
+def _decision_options(f: Any) -> Any:
+    f = click.option("--by", help="Who decides (default: your user name).")(f)
+    f = click.option("--call", "call_id", help="The call (when the ticket waits with several).")(f)
+    f = workspace_option(f)
+    f = click.argument("ticket")(f)
+    return click.argument("run_id")(f)
+
+
+@cli.command()
+@_decision_options
+@reports_errors("approve")
+def approve(run_id: str, ticket: str, workspace: Path, call_id: str | None, by: str | None) -> int:
+    """Approve the call TICKET of RUN_ID waits with (it runs, once, on `resume`).
+
+    The decision is recorded in the run folder at once, from any machine that sees the
+    workspace, with or without workers or Redis: who, when, and the hash of the arguments
+    it was made for. A second decision on the same call, a call whose arguments changed, or
+    an unknown call is refused (exit 64). `ticketgraph resume RUN_ID` then finishes the
+    ticket, paying only for the model turns after the decision.
+    """
+    from orchestrator.cli import decisions
+
+    print(decisions.decide(workspace, run_id, ticket, call_id, True, by, ""), end="")
+    return ExitCode.ALL_PASS
+
+
+@cli.command()
+@_decision_options
+@click.option("--reason", required=True, help="Why: the worker's model reads it.")
+@reports_errors("reject")
+def reject(
+    run_id: str, ticket: str, workspace: Path, call_id: str | None, by: str | None, reason: str
+) -> int:
+    """Reject the call TICKET of RUN_ID waits with (it never runs; the model is told why).
+
+    Recorded like an approval (who, when, the reason, the arguments' hash); on `resume` the
+    ticket's worker hears that a person declined the call, with the reason, and writes its
+    reply knowing it.
+    """
+    from orchestrator.cli import decisions
+
+    print(decisions.decide(workspace, run_id, ticket, call_id, False, by, reason), end="")
+    return ExitCode.ALL_PASS
+
+
+@cli.command()
+@click.argument("run_id")
+@workspace_option
+@click.option(
+    "--ticket",
+    "tickets",
+    multiple=True,
+    metavar="ID",
+    help="Cancel only this ticket (repeat for several); default: the whole run.",
+)
+@click.option("--reason", default="", help="Why: recorded, and shown by status and resume.")
+@click.option("--by", help="Who cancels (default: your user name).")
+@broker_option("TICKETGRAPH_BROKER_URL")
+@click.option(
+    "--wait",
+    "wait_s",
+    type=click.FloatRange(min=0),
+    default=10.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="How long to wait for every worker process to confirm.",
+)
+@reports_errors("cancel")
+def cancel(
+    run_id: str,
+    workspace: Path,
+    tickets: tuple[str, ...],
+    reason: str,
+    by: str | None,
+    broker: str | None,
+    wait_s: float,
+) -> int:
+    """Cancel RUN_ID (or some of its tickets) from any machine that reaches its broker.
+
+    The cancel is recorded in the run folder first: from then on no task and no model
+    request of the run starts on any worker, also after every worker restarted. Then every
+    worker process is told through the broker: the run's model requests in flight are cut
+    and its tools stopped, and each process confirms; the command returns once all have.
+    A cancelled run ends stopped (its waiting `run` exits 2) with the reason; a cancelled
+    ticket ends needs_human (stop `cancelled`). `ticketgraph resume RUN_ID` goes on from
+    there, paying only for new model turns. Cancelling a finished run changes nothing.
+    Without a broker here (an embedded run), the run's own command delivers it.
+    """
+    from orchestrator.cli import decisions
+    from orchestrator.config import environment
+
+    url = environment.settings(broker, None).broker_url
+    text = decisions.cancel(workspace, run_id, list(tickets), by, reason, url, wait_s)
+    print(text, end="")
+    return ExitCode.ALL_PASS
+
+
 @cli.command("check")
 @workspace_option
 @reports_errors("check")
@@ -311,10 +426,9 @@ def resume(run_id: str, opts: RunOptions, retry_failed: str, wait: bool) -> int:
     submission.require_workers(settings, opts.wait_for_workers)
     lease.wait_free(store, wait, say=lambda line: print(line, flush=True))
     lease.acquire(store, "distributed" if settings.broker_url else "embedded")
-    again = retry.reopen(store, tasks.registered(), retry_failed)  # type: ignore[arg-type]
-    if again and shown != "quiet":
-        tickets = console.plural(len(again), "failed ticket")
-        print(f"retrying {tickets}: {', '.join(again)}", flush=True)
+    taken = retry.reopen(store, tasks.registered(), retry_failed)  # type: ignore[arg-type]
+    if shown != "quiet":
+        print(console.reopened(taken), end="", flush=True)
     return console.wait_for_verdict(store, settings, shown, opts.log_format, opts.as_json)
 
 

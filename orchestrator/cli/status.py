@@ -14,7 +14,14 @@ from pydantic import BaseModel, ConfigDict
 from orchestrator.errors import GraphError, UsageError
 from orchestrator.exit_codes import ExitCode
 from orchestrator.run import store
-from orchestrator.run.records import FAILED_STOPS, RunPhase, RunRecord, TicketStatus
+from orchestrator.run.records import (
+    FAILED_STOPS,
+    Cancel,
+    RunPhase,
+    RunRecord,
+    TicketStatus,
+    WaitingCall,
+)
 from orchestrator.run.store import REPORT_FILE, RunStore
 from orchestrator.steps import report
 from orchestrator.workspace import Workspace
@@ -22,6 +29,12 @@ from orchestrator.workspace import Workspace
 SCHEMA_VERSION = 1
 # docs/run-document.schema.json is this model's JSON schema (a test keeps them equal).
 Verdict = Literal["all_pass", "needs_human", "stopped", "crashed", "running", "nothing_to_claim"]
+
+
+class WaitingRow(WaitingCall):
+    """A call that waits for a person, with its ticket."""
+
+    ticket: str
 
 
 class RunDocument(BaseModel):
@@ -39,6 +52,9 @@ class RunDocument(BaseModel):
     cost_usd: float
     duration_s: float | None  # from the run's start to its last update
     report: str | None  # the report file, relative to the workspace (once written)
+    # Tool calls that wait for a person's decision (ticketgraph approve / reject).
+    awaiting_approval: list[WaitingRow] = []
+    cancel: Cancel | None = None  # who cancelled the run and why (ticketgraph cancel)
     record: RunRecord | None  # run-state.json: config, every node and every ticket
 
 
@@ -54,6 +70,8 @@ class RunRow(BaseModel):
     exit_code: int | None
     tickets: int
     need_a_human: int
+    awaiting_approval: int = 0
+    cancelled: bool = False
     cost_usd: float
     duration_s: float | None
 
@@ -114,9 +132,21 @@ def document(record: RunRecord, exit_code: int | None = None) -> dict[str, Any]:
         cost_usd=cost(record),
         duration_s=duration_s(record),
         report=str(report_file) if record.status is RunPhase.DONE else None,
+        awaiting_approval=waiting(record),
+        cancel=record.cancel,
         record=record,
     )
     return json.loads(doc.model_dump_json())
+
+
+def waiting(record: RunRecord) -> list[WaitingRow]:
+    """The run's calls that wait for a person, oldest first."""
+    rows = [
+        WaitingRow(ticket=ticket_id, **dict(t.waiting))
+        for ticket_id, t in record.tickets.items()
+        if t.waiting is not None
+    ]
+    return sorted(rows, key=lambda r: r.asked_at)
 
 
 def nothing_to_claim() -> dict[str, Any]:
@@ -178,6 +208,8 @@ def recent(workspace: Path, limit: int) -> list[RunRow]:
                 need_a_human=sum(
                     t.status is TicketStatus.NEEDS_HUMAN for t in record.tickets.values()
                 ),
+                awaiting_approval=len(waiting(record)),
+                cancelled=record.cancel is not None,
                 cost_usd=cost(record),
                 duration_s=duration_s(record),
             )
@@ -189,14 +221,16 @@ def runs_table(rows: list[RunRow]) -> str:
     """`ticketgraph runs` for a person: one run per line, newest first."""
     lines = [
         f"{'Run':<26}{'Started':<22}{'Verdict':<13}{'Exit':<6}{'Tickets':<9}"
-        f"{'Human':<7}{'Cost':<10}Duration"
+        f"{'Human':<7}{'Waiting':<9}{'Cost':<10}Duration"
     ]
     for row in rows:
         code = "-" if row.exit_code is None else str(row.exit_code)
         took = "-" if row.duration_s is None else f"{row.duration_s:.1f} s"
+        shown = "cancelled" if row.cancelled else row.verdict
         lines.append(
-            f"{row.run_id:<26}{row.started_at[:19]:<22}{row.verdict:<13}{code:<6}"
-            f"{row.tickets:<9}{row.need_a_human:<7}${row.cost_usd:<9.4f}{took}"
+            f"{row.run_id:<26}{row.started_at[:19]:<22}{shown:<13}{code:<6}"
+            f"{row.tickets:<9}{row.need_a_human:<7}{row.awaiting_approval:<9}"
+            f"${row.cost_usd:<9.4f}{took}"
         )
     return "\n".join(lines) + "\n"
 
@@ -215,6 +249,13 @@ def text(record: RunRecord) -> str:
         for ticket_id, t in human:
             why = t.error if t.stop in FAILED_STOPS or t.error else (t.summary or t.one_line)
             lines.append(f"  - {ticket_id} ({t.stop}): {why}")
-    if record.error:
+    calls = waiting(record)
+    if calls:
+        lines.append(f"waiting for a decision: {len(calls)}")
+        for row in calls:
+            lines += report.waiting_lines(record.run_id, row.ticket, row)
+    if record.cancel is not None:
+        lines.append(f"cancelled: {record.cancel.why} (at {record.cancel.at})")
+    elif record.error:
         lines.append(f"error: {record.error}")
     return "\n".join(lines) + "\n"

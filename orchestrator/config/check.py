@@ -42,11 +42,21 @@ def _worker(
     role = agent.role_of(config, name)
     tools = [f"{t.name}{'' if t.read_only else ' (write)'}" for t in found.tools_of(spec)]
     caps = f"model {role.model}, {role.max_turns} turns, budget ${role.budget_usd or 0:g}"
-    return [
+    lines = [
         f"  {name}: worker — {spec.description or 'no description'}",
         f"    prompt: {len(spec.prompt)} characters; {caps}",
         f"    tools: {', '.join(tools) or 'none'}; reads: {', '.join(spec.reads) or 'nothing'}",
     ]
+    for tool in found.tools_of(spec):
+        rule = spec.approval.get(tool.name)
+        if rule is not None:
+            lines.append(f"    approval: {tool.name} waits for a person when {rule!r}")
+        elif not tool.read_only and not tool.needs_approval:
+            lines.append(
+                f"    note: {tool.name} writes and runs without a person: add "
+                f'approval = {{ {tool.name} = "always" }} (or a rule) if it should not'
+            )
+    return lines
 
 
 def _endpoint(workspace: Workspace, llm: HarnessSettings) -> str:

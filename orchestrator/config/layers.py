@@ -119,6 +119,7 @@ def run_config(
             name: _template(workspace, name, t.file) for name, t in config.templates.items()
         },
         checks=config.gate.checks,
+        approval_expire_h=config.approvals.expire_h,
         stop_after=graph.stop_after,
         route_chars=config.inbox.route_chars,
         scripted=not llm.base_url,

@@ -166,6 +166,14 @@ class HarnessConfig(_Table):
     router: RouterConfig = RouterConfig()
 
 
+class ApprovalsConfig(_Table):
+    """Tool calls that wait for a person (a worker's `approval` says which)."""
+
+    expire_h: float = Field(
+        default=72, gt=0, description="a call undecided this long ends needs_human"
+    )
+
+
 class EvaluatorConfig(_Table):
     """An optional model-based check after the deterministic gate (`[evaluator]`, off by
     default): it sees drafts the gate passed and answers PASS or FAIL: <why>, strictly."""
@@ -188,6 +196,7 @@ class WorkspaceConfig(BaseModel):
     harness: HarnessConfig = HarnessConfig()
     workers: dict[str, WorkerConfig] = {}
     templates: dict[str, TemplateConfig] = {}
+    approvals: ApprovalsConfig = ApprovalsConfig()
     evaluator: EvaluatorConfig = EvaluatorConfig()
     # USD per million tokens, by model; LLM_PRICES (the same shape, as JSON) overrides it.
     prices: PriceTable = PriceTable()

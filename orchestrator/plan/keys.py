@@ -16,6 +16,8 @@ run's (RUN_TTL_S, 7 days) for all but the owner keys, which live as long as a ta
     tg:run:<run_id>:<attempt>:<step>:taken     flag: the barrier's task started
     tg:run:<run_id>:<attempt>:<step>:sent      hash: ticket -> time its task was sent
     tg:run:<run_id>:<attempt>:<step>:owner:<t> the delivery that holds ticket t
+    tg:control                                 channel: cancels for every worker process
+    tg:control:<nonce>:acks                    list: each process's answer to one cancel
 
 `<step>` is a per-ticket step of the plan (draft, review); `<attempt>` a fresh id per
 submission, so a resumed run never mixes with the keys of the one it replaces.
@@ -36,6 +38,14 @@ RUN_TTL_S = 7 * 24 * 3600
 
 _clients: dict[tuple[int, str], redis.Redis] = {}
 _lock = threading.Lock()
+
+
+CONTROL = "tg:control"
+
+
+def control_acks(nonce: str) -> str:
+    """Where worker processes answer one cancel (broker/control.py)."""
+    return f"{CONTROL}:{nonce}:acks"
 
 
 def events(run_id: str) -> str:

@@ -111,9 +111,9 @@ class Plan:
         """Where the run stands: the first step whose node has not finished (None: all)."""
         return next((s for s in self.steps if not record.done(s.node)), None)
 
-    def failed_in(self, name: str | None, drafted: bool) -> Step:
-        """The step a failed ticket is taken up again by: the one it failed in (records
-        from before that was kept: review if it had a draft, else draft)."""
+    def stopped_in(self, name: str | None, drafted: bool) -> Step:
+        """The step a ticket is taken up again by: the one it stopped in (records from
+        before that was kept: review if it had a draft, else draft)."""
         if name is not None and any(s.name == name for s in self.steps):
             return self[name]
         return self["review" if drafted else "draft"]

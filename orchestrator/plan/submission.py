@@ -29,7 +29,7 @@ from orchestrator.errors import (
     RunTimeout,
 )
 from orchestrator.exit_codes import ExitCode
-from orchestrator.plan import canvas, events, keys, tasks
+from orchestrator.plan import cancel, canvas, events, keys, tasks
 from orchestrator.run import ending, lease
 from orchestrator.run.records import RunPhase
 from orchestrator.run.store import RunStore
@@ -152,6 +152,7 @@ def _submit_and_wait(
         canvas.submit(r, tasks.registered(), store, store.read(), attempt)
 
     _through_outage(submit, window, "submitting the run", settings)
+    relay = cancel.Relay(store, r)  # cancels made where no broker was at hand
     deadline = time.monotonic() + settings.run_timeout_s
     lost_after = LOST_AFTER_TIMEOUTS * settings.visibility_timeout_s
     next_sweep = time.monotonic() + lost_after
@@ -166,6 +167,7 @@ def _submit_and_wait(
             _after_outage(r, store, attempt, window, settings)
             continue
         on_event(event)  # None: a quiet second (progress views read the trace then)
+        relay.deliver()
         if event is not None and event["event"] == "run_end":
             return event
         if event is None and store.meta().status is not RunPhase.RUNNING:

@@ -26,19 +26,19 @@ import redis
 from celery import Task
 from celery.exceptions import Reject
 
-from orchestrator.broker import outage, timelimits
+from orchestrator.broker import control, outage, timelimits
 from orchestrator.broker.app import OUTAGE_CONF_KEY, app, worker_llm
 from orchestrator.errors import RunStateError, RunStorageError
 from orchestrator.plan import canvas, events, fanout, keys
 from orchestrator.plan.steps import PLAN, Plan, Step
-from orchestrator.run import ending, ids, lease
+from orchestrator.run import cancels, ending, ids, lease
 from orchestrator.run.fence import EpochFence, path
-from orchestrator.run.records import RunPhase
+from orchestrator.run.records import CANCELLED, RunPhase
 from orchestrator.run.store import RunStore
 from orchestrator.steps import declarations
 from orchestrator.steps.agent import TIME_LIMIT, shared_client
 from orchestrator.steps.context import Context, fan_in
-from workers.errors import Superseded
+from workers.errors import Cancelled, Superseded
 
 T = TypeVar("T")
 DECLARATIONS_DIFFER = "declarations_differ"  # the stop of a ticket a worker refused
@@ -119,6 +119,8 @@ def _whole_run(plan: Plan, step: Step, run_dir: str, attempt: str) -> Summary:
         result = _fenced(ctx, f"_{step.name}", lambda: _close_then_run(ctx, before, step))
     except Superseded:  # a newer copy of this step goes on
         return {"step": step.name, "status": "superseded"}
+    except Cancelled:  # someone cancelled the run: it ended stopped, resume goes on
+        return {"step": step.name, "status": "cancelled"}
     run_id = ctx.store.run_id
     _broker(lambda: events.publish(r, run_id, "node_end", node=step.node), "telling")
     meta = ctx.store.meta()
@@ -174,16 +176,22 @@ def _close_fan_out(ctx: Context, step: Step) -> None:
 
 def _fenced(ctx: Context, name: str, body: Callable[[], T]) -> T:
     """Run `body` as the newest copy of a whole-run step (fence `name`), under the task's
-    time limits; a crash is recorded and re-raised, a takeover traced and re-raised."""
+    time limits and the run's cancel; a crash is recorded and re-raised, a takeover traced
+    and re-raised, a cancel raised as `Cancelled` (the run ended stopped already)."""
     ctx.store = ctx.store.fenced(EpochFence.take(path(ctx.store.dir, name)))
     hard = TimeoutError(f"{ctx.step}: still running at the hard time limit")
     try:
-        with _limited(ctx, ctx.step, lambda: _crashed(ctx, hard)):
+        with _cancellable(ctx, None), _limited(ctx, ctx.step, lambda: _crashed(ctx, hard)):
+            ctx.cancel.check()  # cancelled before it registered: stop before paying
             return body()
     except Superseded as exc:
         _superseded(ctx, None, exc)
         raise
+    except Cancelled:
+        raise
     except Exception as exc:
+        if _someone_cancelled(ctx):  # the step failed because it was cancelled
+            raise Cancelled(ctx.cancel.reason or CANCELLED) from exc
         _crashed(ctx, exc)
         raise
 
@@ -247,13 +255,21 @@ def _held(ctx: Context, step: Step, ticket_id: str, hand_on: Callable[[], None])
         hand_on()
 
     try:
-        with _limited(ctx, f"{step.name} {ticket_id}", out_of_time):
-            status: str = step.run(ctx, ticket_id)
+        with (
+            _cancellable(ctx, ticket_id),
+            _limited(ctx, f"{step.name} {ticket_id}", out_of_time),
+        ):
+            if (cancel := cancels.of(store.dir, ticket_id)) is not None:  # before paying
+                status: str = ctx.fail_ticket(ticket_id, cancel.why, stop=CANCELLED)
+            else:
+                status = step.run(ctx, ticket_id)
     except (OSError, Superseded, RunStateError):
         raise
     except Exception as exc:
         status = ctx.fail_ticket(ticket_id, f"{type(exc).__name__}: {exc}")
     hand_on()
+    if ctx.cancel.cancelled and store.meta().status is not RunPhase.RUNNING:
+        ctx.store.materialise()  # the run ended while this ticket stopped: show its verdict
     lease.touch(ctx.store)  # the run makes progress: its lease stays live without its CLI
     return status
 
@@ -282,6 +298,18 @@ def _take_barrier(r: redis.Redis, ctx: Context, attempt: str, before: Step) -> N
     """The barrier after `before`'s fan-out is taken: a sweep never sends it again."""
     fan = fanout.FanOut(ctx.store.run_id, attempt, before.name)
     _broker(lambda: fanout.take_barrier(r, fan), "taking a barrier")
+
+
+def _cancellable(ctx: Context, ticket_id: str | None) -> contextlib.AbstractContextManager[None]:
+    """The step's cancel token watches the run folder (run/cancels.py) and is reached by a
+    live cancel (broker/control.py). Registered before the step looks at the folder, so a
+    cancel written after that look still reaches it."""
+    ctx.cancel = cancels.Watch(ctx.store.dir, ticket_id)
+    return control.running(ctx.store.run_id, ticket_id, ctx.cancel)
+
+
+def _someone_cancelled(ctx: Context) -> bool:
+    return ctx.cancel.cancelled and (ctx.cancel.reason or "").startswith(CANCELLED)
 
 
 def _limited(

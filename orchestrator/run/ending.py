@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from orchestrator.errors import RunStorageError
 from orchestrator.exit_codes import ExitCode
-from orchestrator.run.records import RunPhase, TicketRecord
+from orchestrator.run.records import Cancel, RunPhase, TicketRecord
 from orchestrator.run.store import RunStore
 
 
@@ -44,6 +44,19 @@ def stopped(store: RunStore, why: str, if_running: bool = False) -> int:
     return end(
         store, RunPhase.STOPPED, ExitCode.STOPPED, why, "run_interrupted", if_running=if_running
     )
+
+
+def cancelled(store: RunStore, cancel: Cancel, event: str) -> int:
+    """End a running run stopped because someone cancelled it (exit 2, resumable); a run
+    that already ended stays as it ended."""
+    with store.update_meta() as meta:
+        if meta.status is not RunPhase.RUNNING:
+            return ExitCode.CRASHED if meta.exit_code is None else meta.exit_code
+        meta.cancel = cancel
+        meta.end(RunPhase.STOPPED, ExitCode.STOPPED, cancel.why)
+    store.tracer(node="run").emit(event, error=cancel.why, by=cancel.by, reason=cancel.reason)
+    store.materialise()
+    return ExitCode.STOPPED
 
 
 def crashed(store: RunStore, exc: BaseException) -> int:

@@ -31,6 +31,7 @@ class TicketStatus(StrEnum):
     DRAFTED = "drafted"
     PASS = "pass"
     NEEDS_HUMAN = "needs_human"
+    AWAITING_APPROVAL = "awaiting_approval"  # a tool call of its worker waits for a person
 
 
 class RunPhase(StrEnum):
@@ -87,10 +88,39 @@ class StepUsage(BaseModel):
         )
 
 
+CANCELLED = "cancelled"  # how every cancel's reason starts, and the stop of a cancelled ticket
+
+
 # Stop reasons of a ticket whose worker gave no answer (as opposed to a gate verdict).
 FAILED_STOPS = frozenset(
-    {"worker_failed", "time_limit", "max_turns", "budget", "declarations_differ"}
+    {"worker_failed", "time_limit", "max_turns", "budget", "declarations_differ", CANCELLED}
 )
+
+
+class WaitingCall(BaseModel):
+    """A tool call of a ticket's worker that waits for a person (approvals/ has the request,
+    decisions/ the decision once made)."""
+
+    call_id: str
+    tool: str
+    args: dict[str, Any] = {}
+    args_hash: str
+    asked_at: str = ""
+
+
+class Cancel(BaseModel):
+    """Who cancelled a run (or one ticket of it), when and why (run/cancels.py)."""
+
+    run_id: str
+    ticket: str | None = None
+    by: str
+    at: str
+    reason: str = ""
+
+    @property
+    def why(self) -> str:
+        """The reason agents stop with: `cancelled by <who>[: <reason>]`."""
+        return f"{CANCELLED} by {self.by}" + (f": {self.reason}" if self.reason else "")
 
 
 class TicketRecord(BaseModel):
@@ -114,7 +144,9 @@ class TicketRecord(BaseModel):
     sender: str | None = None  # and who sent it
     error: str | None = None
     retryable: bool = False  # its failure may pass on a retry (provider down, a crash)
-    failed_in: str | None = None  # the step it failed in: where `resume` takes it up again
+    # The step it stopped in (it failed, or waits for a person): where `resume` takes it up.
+    stopped_in: str | None = None
+    waiting: WaitingCall | None = None  # the call that waits for a person's decision
     # Write tool calls interrupted by a crash before their result: maybe done, never redone.
     unsure_writes: list[str] = []
     draft: StepUsage = StepUsage()
@@ -193,6 +225,7 @@ class RunConfig(BaseModel):
     # category without a worker -> its template's text.
     templates: dict[str, str] = {}
     checks: list[str] = []  # the team's own gate checks, by import path
+    approval_expire_h: float = 72  # a call undecided this long ends needs_human
     # A hash of the workers, templates and checks and of the modules they come from: a
     # worker process whose own differs refuses the run's tasks (steps/declarations.py).
     fingerprint: str = ""
@@ -223,6 +256,7 @@ class RunMeta(BaseModel):
     error: str | None = None
     config: RunConfig
     rejected: list[RejectedFile] = []
+    cancel: Cancel | None = None  # who cancelled the run, if someone did (resume lifts it)
 
     def end(self, status: RunPhase, exit_code: int | None, error: str | None = None) -> None:
         """Set where the run ended and the exit code cron will see."""

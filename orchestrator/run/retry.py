@@ -3,10 +3,12 @@ they paid, and the run is made resumable."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Literal
 
 from orchestrator.plan.steps import Plan, Step
-from orchestrator.run.records import FAILED_STOPS, RunPhase
+from orchestrator.run import approvals, cancels
+from orchestrator.run.records import FAILED_STOPS, Cancel, RunPhase, TicketStatus
 from orchestrator.run.store import ROUTER, RunStore
 from workers.state import RunState
 from workers.state import retry as retry_state
@@ -14,16 +16,74 @@ from workers.state import retry as retry_state
 RetryPolicy = Literal["retryable", "all", "none"]
 
 
-def reopen(store: RunStore, plan: Plan, retry: RetryPolicy = "retryable") -> list[str]:
+@dataclass
+class Reopened:
+    """What `resume` takes up again: failed tickets retried, decided ones, and how many
+    still wait for a person."""
+
+    retried: list[str] = field(default_factory=list)
+    decided: list[str] = field(default_factory=list)
+    expired: list[str] = field(default_factory=list)
+    still_waiting: int = 0
+    cancels: list[Cancel] = field(default_factory=list)  # the cancels it lifted
+
+
+def reopen(store: RunStore, plan: Plan, retry: RetryPolicy = "retryable") -> Reopened:
     """Make a stopped, crashed or finished run resumable: failures that may pass on a retry
-    (`retry`: those, all, none) go back to the step that failed, keeping what they paid.
-    Returns the tickets that will be tried again."""
-    again = [] if retry == "none" else _retry_failed(store, plan, force=retry == "all")
+    (`retry`: those, all, none) go back to the step that failed, keeping what they paid;
+    tickets whose waiting call a person decided go back to the step they stopped in; calls
+    undecided past `[approvals] expire_h` end needs_human (`approval_expired`); a cancel
+    of the run or of tickets is lifted (its tickets, stopped `cancelled`, are retried)."""
+    lifted = cancels.clear(store)
+    taken = _take_up_decided(store, plan)
+    taken.cancels = lifted
+    taken.retried = [] if retry == "none" else _retry_failed(store, plan, force=retry == "all")
+    again = taken.retried + taken.decided
     with store.update_meta() as meta:
         if meta.status is not RunPhase.DONE or again:
             meta.end(RunPhase.RUNNING, None)
             meta.config.stop_after = None
-    return again
+        meta.cancel = None
+    return taken
+
+
+def _take_up_decided(store: RunStore, plan: Plan) -> Reopened:
+    """Tickets waiting for a person: decided ones back to their step, old ones expired."""
+    taken = Reopened()
+    tickets = store.tickets()
+    earliest: Step | None = None
+    expire_s = store.meta().config.approval_expire_h * 3600
+    for ticket_id, ticket in tickets.items():
+        if ticket.status is not TicketStatus.AWAITING_APPROVAL or ticket.waiting is None:
+            continue
+        call = ticket.waiting.call_id
+        asked = approvals.request(store, ticket_id, call)
+        if approvals.decision(store, ticket_id, call) is not None:
+            step = plan.stopped_in(ticket.stopped_in, store.draft_path(ticket_id).exists())
+            ticket.status = step.takes or ticket.status
+            ticket.waiting, ticket.stop, ticket.stopped_in = None, None, None
+            taken.decided.append(ticket_id)
+            earliest = step if earliest is None or _before(plan, step, earliest) else earliest
+        elif asked is not None and approvals.age_s(asked) > expire_s:
+            ticket.status, ticket.stop = TicketStatus.NEEDS_HUMAN, "approval_expired"
+            ticket.error = f"call {call} ({asked.tool}) waited {expire_s / 3600:g} h undecided"
+            taken.expired.append(ticket_id)
+        else:
+            taken.still_waiting += 1
+            continue
+        store.save_ticket(ticket_id, ticket)
+    _redo(store, plan, earliest)
+    return taken
+
+
+def _before(plan: Plan, a: Step, b: Step) -> bool:
+    return plan.steps.index(a) < plan.steps.index(b)
+
+
+def _redo(store: RunStore, plan: Plan, earliest: Step | None) -> None:
+    """The nodes of `earliest` and every step after it run again."""
+    for step in plan.from_step(earliest) if earliest is not None else ():
+        store.node_path(step.node).unlink(missing_ok=True)
 
 
 def _retry_failed(store: RunStore, plan: Plan, force: bool) -> list[str]:
@@ -36,15 +96,14 @@ def _retry_failed(store: RunStore, plan: Plan, force: bool) -> list[str]:
         if ticket.stop not in FAILED_STOPS or not (ticket.retryable or force):
             continue
         _retry_agents(store, ticket_id, force)
-        step = plan.failed_in(ticket.failed_in, store.draft_path(ticket_id).exists())
+        step = plan.stopped_in(ticket.stopped_in, store.draft_path(ticket_id).exists())
         ticket.status = step.takes or ticket.status
-        ticket.stop, ticket.error, ticket.retryable, ticket.failed_in = None, None, False, None
+        ticket.stop, ticket.error, ticket.retryable, ticket.stopped_in = None, None, False, None
         store.save_ticket(ticket_id, ticket)
         again.append(ticket_id)
-        if earliest is None or plan.steps.index(step) < plan.steps.index(earliest):
+        if earliest is None or _before(plan, step, earliest):
             earliest = step
-    for step in plan.from_step(earliest) if earliest is not None else ():
-        store.node_path(step.node).unlink(missing_ok=True)
+    _redo(store, plan, earliest)
     return again
 
 

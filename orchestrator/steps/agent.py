@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from orchestrator.run.records import RoleSettings, RunConfig, StepUsage
+from pydantic import BaseModel
+
+from orchestrator.run.records import CANCELLED, RoleSettings, RunConfig, StepUsage
+from orchestrator.steps import approval as steps_approval
 from orchestrator.steps.context import Context
 from workers import loop
 from workers.client import ModelClient, RequestParams
 from workers.settings import HarnessSettings
-from workers.state import RunState, RunStatus, new_run
+from workers.state import Interruption, RunState, RunStatus, new_run
 from workers.tools import Catalog, Tool, ToolScope
 from workers.trace import Tracer
 
@@ -33,6 +37,7 @@ class AgentResult:
     retryable: bool = False
     stopped_by: str | None = None  # why a cancelled run stopped (time_limit, ...)
     unsure_writes: list[str] = field(default_factory=list)  # interrupted writes: check them
+    waiting: Interruption | None = None  # the call it stopped for, waiting for a person
 
     @property
     def stop(self) -> str:
@@ -40,6 +45,8 @@ class AgentResult:
         (`max_turns`, `budget`), the task's `time_limit`, or `worker_failed`."""
         if self.stopped_by == TIME_LIMIT:
             return "time_limit"
+        if self.stopped_by is not None and self.stopped_by.startswith(CANCELLED):
+            return "cancelled"
         return {
             RunStatus.MAX_TURNS_EXCEEDED: "max_turns",
             RunStatus.BUDGET_EXCEEDED: "budget",
@@ -60,6 +67,7 @@ def run_agent(
     tracer: Tracer,
     tools: list[Tool] | None = None,
     scope: ToolScope | None = None,
+    approval: Callable[[Tool, BaseModel, str], bool] | None = None,
 ) -> AgentResult:
     """Run (or resume from `state_path`) one agent of `role` (router, evaluator or a worker
     category) for a step; its state is saved after every step, through the step's fence (a
@@ -72,9 +80,14 @@ def run_agent(
         if state_path.exists()
         else new_run(_prompt(how, config) or system, task, how.model)
     )
+    catalog = Catalog(tools or [])
+    if scope is not None and (
+        refused := steps_approval.bring_back(ctx, scope.ticket_id, state, catalog)
+    ):
+        return _refused(state, refused)
     harness = loop.Harness(
         client=shared_client(ctx.llm),
-        catalog=Catalog(tools or []),
+        catalog=catalog,
         price=(config.prices or ctx.llm.prices).for_model(state.model),
         caps=loop.Caps(max_turns=how.max_turns, budget_usd=how.budget_usd),
         tracer=tracer.bind(agent_run_id=state.run_id),
@@ -84,6 +97,7 @@ def run_agent(
         tool_call_text_fallback=config.tool_call_text_fallback,
         fence=ctx.store.fence,
         scope=scope or ToolScope(),
+        approval=approval,
     )
     state = loop.run(state, harness)
     stopped_by = (
@@ -107,10 +121,25 @@ def run_agent(
             cost_usd=state.cost_usd,
             estimated=state.usage.estimated_requests,
         ),
-        retryable=state.retryable or stopped_by == TIME_LIMIT,
+        retryable=state.retryable or stopped_by == TIME_LIMIT or _cancelled(stopped_by),
         stopped_by=stopped_by,
         unsure_writes=list(state.unsure_calls),
+        waiting=state.interruption if _waits(state) else None,
     )
+
+
+def _waits(state: RunState) -> bool:
+    stopped = state.status is RunStatus.INTERRUPTED and state.interruption is not None
+    return stopped and state.interruption.type == "approval"  # type: ignore[union-attr]
+
+
+def _cancelled(stopped_by: str | None) -> bool:
+    return stopped_by is not None and stopped_by.startswith(CANCELLED)
+
+
+def _refused(state: RunState, error: str) -> AgentResult:
+    usage = StepUsage(calls=0, tokens=0, cost_usd=0.0)
+    return AgentResult(None, RunStatus.FAILED, error, usage)
 
 
 @dataclass
@@ -187,5 +216,7 @@ def _stop_reason(state: RunState) -> str | None:
     if state.status is RunStatus.COMPLETED:
         return None if state.output else "the agent completed with an empty answer"
     if state.interruption is not None and state.interruption.reason:
+        if state.interruption.reason.startswith(CANCELLED):  # a person's words, as they are
+            return state.interruption.reason
         return f"the agent stopped: {state.status.value} ({state.interruption.reason})"
     return f"the agent stopped: {state.status.value}"

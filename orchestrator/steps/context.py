@@ -13,11 +13,20 @@ import functools
 import time
 from dataclasses import dataclass, field
 
-from orchestrator.run.records import NodeRecord, RunMeta, StepUsage, TicketRecord, TicketStatus
+from orchestrator.run import approvals
+from orchestrator.run.records import (
+    NodeRecord,
+    RunMeta,
+    StepUsage,
+    TicketRecord,
+    TicketStatus,
+    WaitingCall,
+)
 from orchestrator.run.store import RunStore
 from workers.cancel import CancelToken
 from workers.settings import HarnessSettings
-from workers.trace import Tracer
+from workers.state import Interruption
+from workers.trace import Tracer, now_iso
 
 
 @dataclass
@@ -84,10 +93,54 @@ class Context:
         ticket = self.store.ticket(ticket_id)
         ticket.handler = handler or ticket.handler
         ticket.error, ticket.stop, ticket.status = error, stop, TicketStatus.NEEDS_HUMAN
-        ticket.retryable, ticket.failed_in = retryable, self.step
+        ticket.retryable, ticket.stopped_in = retryable, self.step
         ticket.spend(self.step, usage or StepUsage())
         self.store.save_ticket(ticket_id, ticket)
         self.tracer(ticket=ticket_id).emit(stop, error=error)
+        return ticket.status.value
+
+    def wait_for_person(
+        self,
+        ticket_id: str,
+        call: Interruption,
+        handler: str | None,
+        usage: StepUsage,
+        ticket: TicketRecord | None = None,
+    ) -> str:
+        """Record that the ticket's worker stopped for a call a person must decide: the
+        request in approvals/, the ticket `awaiting_approval` (its slot goes to the next one);
+        `resume` takes it up in this step once the call is decided."""
+        args = dict(call.args or {})
+        request = approvals.Request(
+            run_id=self.store.run_id,
+            ticket=ticket_id,
+            call_id=call.call_id or "",
+            tool=call.tool or "",
+            args=args,
+            args_hash=approvals.args_hash(args),
+            asked_at=now_iso(),
+            step=self.step,
+        )
+        approvals.ask(self.store, request)
+        ticket = ticket or self.store.ticket(ticket_id)
+        ticket.handler = handler or ticket.handler
+        ticket.status, ticket.stop = (
+            TicketStatus.AWAITING_APPROVAL,
+            TicketStatus.AWAITING_APPROVAL.value,
+        )
+        ticket.stopped_in, ticket.error = self.step, None
+        ticket.waiting = WaitingCall(
+            call_id=request.call_id,
+            tool=request.tool,
+            args=args,
+            args_hash=request.args_hash,
+            asked_at=request.asked_at,
+        )
+        ticket.spend(self.step, usage)
+        self.store.save_ticket(ticket_id, ticket)
+        self.tracer(ticket=ticket_id).emit(
+            "awaiting_approval", call_id=request.call_id, tool=request.tool, args=args
+        )
         return ticket.status.value
 
 

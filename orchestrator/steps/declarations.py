@@ -4,8 +4,9 @@ imported the way Celery imports task modules, and their fingerprint.
 A worker's `tools` are built-in names (`read_file`, `list_files`, `search_files`,
 `lookup_json`) or import paths (`my_tools:track_parcel`) of functions made tools with
 `@workers.tool`; `[gate] checks` are import paths of functions called as
-`check(draft_text, ticket)`. Modules are imported with the workspace's folder on the import
-path (after everything else: a workspace module never shadows an installed one).
+`check(draft_text, ticket)`; an approval rule may be the import path of a function too.
+A module of the workspace's own folder is imported apart from any other workspace's
+(`_Modules`); any other by its installed name.
 
 Every process that runs a ticket must run the same code. A run records the fingerprint of
 what it was started with (the tools' names and schemas, the checks' names, and the bytes of
@@ -18,23 +19,26 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import importlib.machinery
+import importlib.util
 import json
 import sys
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from orchestrator.errors import ConfigError
 from orchestrator.run.records import RunConfig, WorkerSpec
+from orchestrator.steps import approval
 from workers.builtin_tools import BUILTINS
 from workers.tools import Tool
 
 Check = Callable[[str, Any], list[str]]
 
-_module_hashes: dict[str, str] = {}  # module name -> sha256 of its file, as imported
+_module_hashes: dict[str, str] = {}  # module (as imported) -> sha256 of its file
 _loaded: dict[tuple[str, str], Declarations] = {}  # (workspace, names) -> what it declared
 _lock = threading.Lock()
 
@@ -47,6 +51,8 @@ class Declarations:
     tools: dict[str, Tool]
     checks: dict[str, Check]
     fingerprint: str
+    # An approval rule that is an import path -> the function it names.
+    rule_functions: dict[str, Callable[[dict[str, Any]], Any]] = field(default_factory=dict)
 
     def tools_of(self, worker: WorkerSpec) -> list[Tool]:
         """A worker's catalog, in the order its `tools` list gives."""
@@ -60,7 +66,9 @@ class Declarations:
 def load(workspace: Path, config: RunConfig) -> Declarations:
     """Import what a run's `config` declares (once per process and workspace); `ConfigError`,
     naming the table and the module, if something cannot be imported or is not a tool."""
-    return declared(workspace, {n: w.tools for n, w in config.workers.items()}, config.checks)
+    tools = {n: w.tools for n, w in config.workers.items()}
+    rules = {n: w.approval for n, w in config.workers.items()}
+    return declared(workspace, tools, config.checks, rules)
 
 
 def preload(workspace: Path) -> Declarations:
@@ -70,15 +78,26 @@ def preload(workspace: Path) -> Declarations:
 
     tables = Workspace(workspace).config()
     tools = {name: worker.tools for name, worker in tables.workers.items()}
-    return declared(workspace, tools, tables.gate.checks)
+    rules = {name: worker.approval for name, worker in tables.workers.items()}
+    return declared(workspace, tools, tables.gate.checks, rules)
 
 
-def declared(workspace: Path, tools: dict[str, list[str]], checks: list[str]) -> Declarations:
-    """What `tools` (worker -> its tools list) and `checks` name, imported (cached)."""
-    key = (str(workspace.resolve()), json.dumps([sorted(tools.items()), checks]))
+def declared(
+    workspace: Path,
+    tools: dict[str, list[str]],
+    checks: list[str],
+    rules: dict[str, dict[str, str]] | None = None,
+) -> Declarations:
+    """What `tools` (worker -> its tools list), `checks` and the workers' approval `rules`
+    (worker -> tool -> rule) name, imported and checked (cached)."""
+    rules = rules or {}
+    key = (
+        str(workspace.resolve()),
+        json.dumps([sorted(tools.items()), checks, rules], sort_keys=True),
+    )
     with _lock:
         if key not in _loaded:
-            _loaded[key] = _import(workspace, tools, checks)
+            _loaded[key] = _import(workspace, tools, checks, rules)
         return _loaded[key]
 
 
@@ -100,24 +119,48 @@ def mismatch(workspace: Path, config: RunConfig) -> str | None:
     )
 
 
-def _import(workspace: Path, listed: dict[str, list[str]], paths: list[str]) -> Declarations:
-    root = str(workspace.resolve())
-    if root not in sys.path:
-        sys.path.append(root)  # after everything installed: a workspace module shadows none
+def _import(
+    workspace: Path,
+    listed: dict[str, list[str]],
+    paths: list[str],
+    rules: dict[str, dict[str, str]],
+) -> Declarations:
+    modules = _Modules(workspace)
     tools: dict[str, Tool] = {}
     for category, names in listed.items():
         seen: set[str] = set()
         for name in names:
-            tool = tools.get(name) or _tool(category, name)
+            tool = tools.get(name) or _tool(modules, category, name)
             if tool.name in seen:
                 raise ConfigError(f"[workers.{category}] tools: two tools are named {tool.name!r}")
             seen.add(tool.name)
             tools[name] = tool
-    checks = {path: _check(path) for path in paths}
-    return Declarations(tools, checks, _fingerprint(tools, checks))
+        _check_rules(category, [tools[n] for n in names], rules.get(category, {}))
+    checks = {path: _check(modules, path) for path in paths}
+    rule_paths = sorted({r for table in rules.values() for r in table.values() if ":" in r})
+    functions = {
+        path: modules.attribute("[workers] approval", path)
+        for path in rule_paths
+        if approval.is_import_path(path)
+    }
+    fingerprint = _fingerprint(modules, tools, checks, sorted(functions))
+    return Declarations(tools, checks, fingerprint, functions)
 
 
-def _tool(category: str, name: str) -> Tool:
+def _check_rules(category: str, tools: list[Tool], table: dict[str, str]) -> None:
+    """`ConfigError` for an approval entry of a tool the worker lacks, or a bad rule."""
+    by_name = {t.name: t for t in tools}
+    for name, rule in table.items():
+        if name not in by_name:
+            known = ", ".join(by_name) or "none"
+            raise ConfigError(f"[workers.{category}] approval: it has no tool {name!r} ({known})")
+        try:
+            approval.check(rule, set(by_name[name].args.model_fields))
+        except ConfigError as exc:
+            raise ConfigError(f"[workers.{category}] approval {name}: {exc}") from None
+
+
+def _tool(modules: _Modules, category: str, name: str) -> Tool:
     if ":" not in name:
         if name not in BUILTINS:
             known = ", ".join(BUILTINS)
@@ -126,7 +169,7 @@ def _tool(category: str, name: str) -> Tool:
                 "your own as 'module:function'"
             )
         return BUILTINS[name]
-    found = _attribute(f"[workers.{category}] tools", name)
+    found = modules.attribute(f"[workers.{category}] tools", name)
     if not isinstance(found, Tool):
         raise ConfigError(
             f"[workers.{category}] tools: {name} is not a tool: decorate it with @tool "
@@ -135,54 +178,89 @@ def _tool(category: str, name: str) -> Tool:
     return found
 
 
-def _check(path: str) -> Check:
-    found = _attribute("[gate] checks", path)
+def _check(modules: _Modules, path: str) -> Check:
+    found = modules.attribute("[gate] checks", path)
     if not callable(found):
         raise ConfigError(f"[gate] checks: {path} is not a function")
     return found  # type: ignore[no-any-return]
 
 
-def _attribute(key: str, path: str) -> Any:
-    module_name, _, attribute = path.partition(":")
-    module = _module(key, module_name)
-    try:
-        return getattr(module, attribute)
-    except AttributeError:
-        raise ConfigError(f"{key}: module {module_name!r} has no {attribute!r}") from None
+class _Modules:
+    """The modules one workspace names, imported apart from every other workspace's.
+
+    A module of the workspace's own folder (`my_tools.py`, or a package `my_tools/`) is
+    imported as a submodule of a package made for that folder, so a worker that serves two
+    workspaces with a `my_tools.py` each runs each one's own (it imports siblings with
+    `from . import helpers`). Any other module is imported by its name, as installed. The
+    folder is also on the import path, after everything installed, for a module that
+    imports a sibling by its plain name.
+    """
+
+    def __init__(self, workspace: Path) -> None:
+        self.root = workspace.resolve()
+        if str(self.root) not in sys.path:
+            sys.path.append(str(self.root))  # after everything installed: shadows nothing
+        self.package = "_tg_workspace_" + hashlib.sha1(str(self.root).encode()).hexdigest()[:12]
+
+    def qualified(self, name: str) -> str:
+        """The name `name` is imported under (its workspace package's, if it is the
+        workspace's own)."""
+        top = name.split(".")[0]
+        if not ((self.root / f"{top}.py").is_file() or (self.root / top / "__init__.py").is_file()):
+            return name
+        if self.package not in sys.modules:
+            spec = importlib.machinery.ModuleSpec(self.package, None, is_package=True)
+            spec.submodule_search_locations = [str(self.root)]
+            package = importlib.util.module_from_spec(spec)
+            sys.modules[self.package] = package
+        return f"{self.package}.{name}"
+
+    def attribute(self, key: str, path: str) -> Any:
+        module_name, _, attribute = path.partition(":")
+        module = self.module(key, module_name)
+        try:
+            return getattr(module, attribute)
+        except AttributeError:
+            raise ConfigError(f"{key}: module {module_name!r} has no {attribute!r}") from None
+
+    def module(self, key: str, name: str) -> ModuleType:
+        qualified = self.qualified(name)
+        try:
+            module = importlib.import_module(qualified)
+        except ModuleNotFoundError as exc:
+            missing = {name, name.split(".")[0], qualified, qualified.rsplit(".", 1)[0]}
+            if exc.name not in missing:
+                raise ConfigError(f"{key}: module {name!r} failed to import: {exc}") from exc
+            raise ConfigError(
+                f"{key}: no module {name!r}: it must be in the workspace folder or on every "
+                "worker's import path (pip install it, or PYTHONPATH)"
+            ) from exc
+        except Exception as exc:  # a team's module can raise anything while it imports
+            raise ConfigError(
+                f"{key}: module {name!r} failed to import ({type(exc).__name__}: {exc})"
+            ) from exc
+        if qualified not in _module_hashes:
+            file = getattr(module, "__file__", None)
+            data = Path(file).read_bytes() if file else name.encode()
+            _module_hashes[qualified] = hashlib.sha256(data).hexdigest()
+        return module
+
+    def hash_of(self, name: str) -> str:
+        """The sha256 of the module's file, as it was imported."""
+        qualified = self.qualified(name)
+        if qualified not in _module_hashes:
+            self.module("", name)
+        return _module_hashes[qualified]
 
 
-def _module(key: str, name: str) -> ModuleType:
-    try:
-        module = importlib.import_module(name)
-    except ModuleNotFoundError as exc:
-        if exc.name != name.split(".")[0] and exc.name != name:
-            raise ConfigError(f"{key}: module {name!r} failed to import: {exc}") from exc
-        raise ConfigError(
-            f"{key}: no module {name!r}: it must be in the workspace folder or on every "
-            "worker's import path (pip install it, or PYTHONPATH)"
-        ) from exc
-    except Exception as exc:  # a team's module can raise anything while it imports
-        raise ConfigError(
-            f"{key}: module {name!r} failed to import ({type(exc).__name__}: {exc})"
-        ) from exc
-    if name not in _module_hashes:
-        file = getattr(module, "__file__", None)
-        data = Path(file).read_bytes() if file else name.encode()
-        _module_hashes[name] = hashlib.sha256(data).hexdigest()
-    return module
-
-
-def _fingerprint(tools: dict[str, Tool], checks: dict[str, Check]) -> str:
-    """One hash of every tool (name, schema, module) and check (path, module)."""
-    parts: list[Any] = []
+def _fingerprint(
+    modules: _Modules, tools: dict[str, Tool], checks: dict[str, Check], rules: list[str]
+) -> str:
+    """One hash of every tool (name, schema, module), check (path, module) and function an
+    approval rule names (path, module)."""
+    parts: list[Any] = [[r, modules.hash_of(r.partition(":")[0])] for r in rules]
     for listed, tool in sorted(tools.items()):
         module = listed.partition(":")[0] if ":" in listed else "workers.builtin_tools"
-        parts.append([listed, tool.schema(), tool.read_only, _hash_of(module)])
-    parts += [[path, _hash_of(path.partition(":")[0])] for path in sorted(checks)]
+        parts.append([listed, tool.schema(), tool.read_only, modules.hash_of(module)])
+    parts += [[path, modules.hash_of(path.partition(":")[0])] for path in sorted(checks)]
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
-
-
-def _hash_of(module_name: str) -> str:
-    if module_name not in _module_hashes:
-        _module("", module_name)
-    return _module_hashes[module_name]

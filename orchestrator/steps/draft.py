@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.run.records import StepUsage, TicketRecord, TicketStatus
-from orchestrator.steps import agent, declarations, prompts, routing
+from orchestrator.steps import agent, approval, declarations, prompts, routing
 from orchestrator.steps.agent import AgentResult
 from orchestrator.steps.context import Context
 from workers.sandbox import Sandbox
@@ -31,6 +31,8 @@ def draft(ctx: Context, ticket_id: str) -> str:
     handler = f"worker:{category}"
     task = prompts.draft_input(ticket_id, ctx.ticket_text(ticket_id))
     result = worker(ctx, ticket_id, category, "draft", task, trace)
+    if result.waiting is not None:
+        return ctx.wait_for_person(ticket_id, result.waiting, handler, result.usage)
     if not result.ok:
         error = result.error or "no draft"
         return ctx.fail_ticket(
@@ -64,10 +66,12 @@ def worker(
     with its declared tools over its readable files; review's rewrites use it too."""
     spec = ctx.meta.config.workers[category]
     workspace = Path(ctx.meta.workspace)
-    tools = declarations.load(workspace, ctx.meta.config).tools_of(spec)
+    declared = declarations.load(workspace, ctx.meta.config)
     scope = ToolScope(ticket_id, Sandbox(workspace, spec.reads), _recorder(ctx))
     path = ctx.store.agent_path(ticket_id, name)
-    return agent.run_agent(ctx, category, spec.prompt, task, path, trace, tools, scope)
+    policy = approval.gate(ctx, ticket_id, spec, declared.rule_functions)
+    tools = declared.tools_of(spec)
+    return agent.run_agent(ctx, category, spec.prompt, task, path, trace, tools, scope, policy)
 
 
 def _recorder(ctx: Context) -> Any:

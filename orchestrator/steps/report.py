@@ -3,11 +3,19 @@ the needs-human list, and where the trace is. A plain function, no model."""
 
 from __future__ import annotations
 
+import json
 import re
 
 from orchestrator.exit_codes import ExitCode
 from orchestrator.run import ending
-from orchestrator.run.records import FAILED_STOPS, NodeRecord, RunPhase, RunRecord, TicketStatus
+from orchestrator.run.records import (
+    FAILED_STOPS,
+    NodeRecord,
+    RunPhase,
+    RunRecord,
+    TicketStatus,
+    WaitingCall,
+)
 from orchestrator.steps.context import Context
 from orchestrator.steps.routing import OTHER
 
@@ -97,6 +105,9 @@ def render(record: RunRecord) -> str:
     lines = [*node_table(record), "", *ticket_table(record), ""]
     lines.append(f"out/: {published} replies; need a human: {len(needs_human)} ticket{plural}")
     for ticket_id, t in needs_human:
+        if t.waiting is not None:
+            lines += waiting_lines(record.run_id, ticket_id, t.waiting)
+            continue
         detail = f"error: {t.error}" if t.stop in FAILED_STOPS or t.error else t.summary
         lines.append(f"  - {ticket_id} ({t.stop or t.status.value}): {detail or t.one_line}")
         if t.gate_reports:
@@ -111,6 +122,18 @@ def render(record: RunRecord) -> str:
     run_dir = f"runs/{record.run_id}"
     lines.append(f"Trace: {run_dir}/run-state.json / {run_dir}/run.jsonl (run_id={record.run_id})")
     return "\n".join(lines) + "\n"
+
+
+def waiting_lines(run_id: str, ticket_id: str, call: WaitingCall) -> list[str]:
+    """A ticket whose worker waits for a person, and the commands that decide its call."""
+    command = f"{run_id} {ticket_id} --call {call.call_id}"
+    arguments = json.dumps(call.args, ensure_ascii=False)
+    return [
+        f"  - {ticket_id} (awaiting_approval): {call.tool}({arguments}) waits for a person",
+        f"      ticketgraph approve {command}",
+        f"      ticketgraph reject {command} --reason '...'",
+        f"      then: ticketgraph resume {run_id}",
+    ]
 
 
 def report(ctx: Context) -> int:

@@ -24,7 +24,11 @@ def review(ctx: Context, ticket_id: str) -> str:
     ticket = ctx.store.ticket(ticket_id)
     trace = ctx.tracer(ticket=ticket_id)
     loop = ReviewLoop(ctx, ticket_id, ticket, trace)
-    outcome = loop.run()
+    try:
+        outcome = loop.run()
+    except _Waiting as waiting:  # a rewrite's call needs a person: resume takes it up here
+        call = waiting.result.waiting
+        return ctx.wait_for_person(ticket_id, call, None, loop.usage, loop.ticket)  # type: ignore[arg-type]
     ticket = loop.ticket
     ticket.file = f"out/{ticket_id}.txt"
     ticket.gate_rounds, ticket.gate_reports, ticket.stop = loop.rounds, loop.reports, outcome.stop
@@ -56,6 +60,14 @@ class Outcome:
     stop: str
     error: str | None = None
     retryable: bool = False
+
+
+class _Waiting(Exception):
+    """A rewrite stopped for a call a person must decide."""
+
+    def __init__(self, result: AgentResult) -> None:
+        super().__init__("awaiting approval")
+        self.result = result
 
 
 class _Stopped(Exception):
@@ -183,6 +195,8 @@ class ReviewLoop:
         self.ticket.unsure_writes += [
             c for c in result.unsure_writes if c not in self.ticket.unsure_writes
         ]
+        if result.waiting is not None:
+            raise _Waiting(result)
         if not result.ok:
             return result
         self.trace.emit(

@@ -151,6 +151,19 @@ def variant(scripts: list[dict[str, Any]], name: str, **changes: Any) -> list[di
     return out
 
 
+def child_pids(pid: int) -> list[int]:
+    """PIDs whose parent is `pid`."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            stat = (proc / "stat").read_text()
+        except OSError:
+            continue
+        if proc.name.isdigit() and int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+            found.append(int(proc.name))
+    return sorted(found)
+
+
 def embedded_redis_servers(parent: int | None = None) -> set[str]:
     """Command lines of running embedded redis-servers of this installation (not of another
     checkout's test session running beside this one), or only those `parent` started."""

@@ -20,6 +20,7 @@ from tests.orchestrator.conftest import (
     REFERENCE_NODES,
     REFERENCE_TICKETS,
     Cli,
+    child_pids,
     demo_scripts,
     node_numbers,
     state,
@@ -117,26 +118,13 @@ def test_only_references_cross_the_broker(
     assert largest < 10_000
 
 
-def _children(pid: int) -> list[int]:
-    """PIDs whose parent is `pid`."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        try:
-            stat = (proc / "stat").read_text()
-        except OSError:
-            continue
-        if proc.name.isdigit() and int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-            found.append(int(proc.name))
-    return sorted(found)
-
-
 def test_a_worker_process_that_dies_is_replaced(tmp_path: Path) -> None:
     """`ticketgraph worker --processes 2`: a child killed with SIGKILL is started again under
     its name; SIGTERM to the parent stops every child."""
     with RedisServer(tcp=True) as redis:
         env = {"TICKETGRAPH_BROKER_URL": redis.url, "LLM_BASE_URL": "http://127.0.0.1:9/v1"}
         with worker_processes(env, tmp_path, ["r"], processes=2, threads=1) as (parent,):
-            first = _children(parent.pid)
+            first = child_pids(parent.pid)
             assert len(first) == 2
             os.kill(first[0], signal.SIGKILL)
             log = tmp_path / "r.log"
@@ -144,7 +132,7 @@ def test_a_worker_process_that_dies_is_replaced(tmp_path: Path) -> None:
             while log.read_text().count(" ready.") < 3:
                 assert time.monotonic() < deadline, log.read_text()[-2000:]
                 time.sleep(0.05)
-            now = _children(parent.pid)
+            now = child_pids(parent.pid)
             assert len(now) == 2 and first[0] not in now and first[1] in now
             assert "exited (-9); restarting" in log.read_text()
             parent.terminate()

@@ -1,0 +1,129 @@
+"""What a person's decisions print: `pending`, `approve` and `reject` (the calls that wait
+for a person, and a decision recorded; the rules are run/approvals.py's) and `cancel`
+(plan/cancel.py)."""
+
+from __future__ import annotations
+
+import getpass
+import json
+from pathlib import Path
+
+from orchestrator.run import approvals
+from orchestrator.run.approvals import Request
+from orchestrator.run.store import find
+
+
+def pending_text(workspace: Path, as_json: bool) -> str:
+    """Every waiting call of the workspace, for a person or (`as_json`) a program."""
+    waiting = approvals.pending(workspace)
+    if as_json:
+        rows = [r.model_dump() | {"age_s": round(approvals.age_s(r), 1)} for r in waiting]
+        return json.dumps(rows, indent=2) + "\n"
+    if not waiting:
+        return "no tool call waits for a decision\n"
+    count = "1 tool call waits" if len(waiting) == 1 else f"{len(waiting)} tool calls wait"
+    lines = [f"{count} for a decision:"]
+    for r in waiting:
+        lines += [f"  {line}" for line in describe(r)]
+    return "\n".join(lines) + "\n"
+
+
+def describe(request: Request) -> list[str]:
+    """One waiting call: where, what, how long, and the two commands that decide it."""
+    hours = approvals.age_s(request) / 3600
+    arguments = json.dumps(request.args, ensure_ascii=False)
+    command = f"{request.run_id} {request.ticket} --call {request.call_id}"
+    return [
+        f"{request.run_id} {request.ticket} {request.tool}({arguments}), waiting {hours:.1f} h",
+        f"    ticketgraph approve {command}",
+        f"    ticketgraph reject {command} --reason '...'",
+    ]
+
+
+def decide(
+    workspace: Path,
+    run_id: str,
+    ticket: str,
+    call_id: str | None,
+    approved: bool,
+    by: str | None,
+    reason: str,
+) -> str:
+    """Record a person's decision on the call `ticket` waits with; what to do next."""
+    store = find(workspace, run_id)
+    asked = [r for r in approvals.waiting_of(store, ticket) if call_id in (None, r.call_id)]
+    current = approvals.current_hash(store, ticket, asked[0].call_id) if len(asked) == 1 else None
+    made = approvals.decide(store, ticket, call_id, approved, by or _user(), reason, current)
+    store.tracer(node="approval", ticket=ticket).emit(
+        "approved" if approved else "rejected",
+        call_id=made.call_id,
+        tool=made.tool,
+        by=made.by,
+        reason=reason or None,
+        args_hash=made.args_hash,
+    )
+    verdict = "approved" if approved else "rejected"
+    where = "" if workspace.resolve() == Path.cwd().resolve() else f" --workspace {workspace}"
+    return (
+        f"{verdict}: {run_id} {ticket} {made.tool} (call {made.call_id}) by {made.by}\n"
+        f"next: ticketgraph resume {run_id}{where}\n"
+    )
+
+
+def cancel(
+    workspace: Path,
+    run_id: str,
+    tickets: list[str],
+    by: str | None,
+    reason: str,
+    broker_url: str | None,
+    wait_s: float,
+) -> str:
+    """Cancel the run (or tickets of it); what happened, and what to do next."""
+    from orchestrator.plan import cancel as cancelling
+
+    store = find(workspace, run_id)
+    done = cancelling.cancel(store, tickets, by or _user(), reason, broker_url, wait_s)
+    if done.finished is not None:
+        return f"run {run_id} has finished ({done.finished}): nothing to cancel\n"
+    lines = [f"{t}: not cancelled, {why}" for t, why in done.skipped.items()]
+    if not done.recorded:
+        return "\n".join([*lines, "nothing to cancel"]) + "\n"
+    whole = done.recorded[0].ticket is None
+    what = f"run {run_id}" if whole else ", ".join(str(c.ticket) for c in done.recorded)
+    first = done.recorded[0]
+    if done.again:
+        lines.append(
+            f"{what} was cancelled already ({first.why}, at {first.at}): telling the workers again"
+        )
+    else:
+        lines.append(f"cancelled {what}: {first.why}")
+    if (d := done.delivery) is not None:
+        lines.append(
+            f"{d.stopped} running step(s) stopped on {len(d.answers)} of {d.listeners} "
+            f"worker process(es) in {d.elapsed_s:.3f} s"
+        )
+        if not d.complete:
+            lines.append(_LATE)
+    elif done.relayed:
+        lines.append("delivered to its workers by the run's own command")
+    else:
+        lines.append(f"recorded, not delivered live: {done.undelivered}")
+        lines.append(_LATE)
+    where = "" if workspace.resolve() == Path.cwd().resolve() else f" --workspace {workspace}"
+    again = "the run" if whole else "those tickets"
+    lines.append(f"next: ticketgraph resume {run_id}{where} goes on with {again}")
+    return "\n".join(lines) + "\n"
+
+
+_LATE = (
+    "a worker process that did not hear it stops the run's steps before their next model "
+    "request (the cancel is in the run folder)"
+)
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no name for this uid (a container): say who it was not
+        return "unknown"
