@@ -8,6 +8,7 @@ scripts.
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -29,8 +30,10 @@ from tenacity import (
 from workers import abortable
 from workers.cancel import CancelToken
 from workers.errors import Cancelled, ProviderError
+from workers.gate import Gate, Slot
 from workers.settings import HarnessSettings
 from workers.state import Message
+from workers.tokens import count
 from workers.wire import anthropic as anthropic_wire
 from workers.wire import openai as openai_wire
 from workers.wire.reply import ModelReply, RequestParams
@@ -48,10 +51,13 @@ class ModelClient:
     """Sends one model request to `base_url`, in the API `settings.api` names (OpenAI chat
     completions or Anthropic Messages), with timeouts, bounded retries and cancellation."""
 
-    def __init__(self, settings: HarnessSettings, http: httpx.Client | None = None) -> None:
+    def __init__(
+        self, settings: HarnessSettings, http: httpx.Client | None = None, gate: Gate | None = None
+    ) -> None:
         if not settings.base_url:
             raise ProviderError("no model endpoint configured: set LLM_BASE_URL")
         self.settings = settings
+        self.gate = gate  # the endpoint's shared caps (requests in flight, tokens per minute)
         self.api = anthropic_wire if settings.api == "anthropic" else openai_wire
         headers = self.api.headers(settings.api_key)
         timeout = httpx.Timeout(settings.read_timeout_s, connect=settings.connect_timeout_s)
@@ -91,7 +97,8 @@ class ModelClient:
         malformed body) are retried with exponential backoff and full jitter, honouring
         `Retry-After`, at most `max_retries` times and within `retry_max_s`. `Cancelled` the
         moment `cancel` is set, even mid-request or mid-wait: the request's connection is
-        cut, so the server sees it abandoned (it may still bill what it produced).
+        cut, so the server sees it abandoned (it may still bill what it produced). With a
+        gate, every attempt first waits for its place under the endpoint's caps.
         """
         body = self.api.body(model, messages, tools, params)
         retrying = Retrying(
@@ -102,7 +109,36 @@ class ModelClient:
             sleep=cancel.sleep if cancel is not None else time.sleep,
             reraise=True,
         )
-        return retrying(self._once, body, messages, tools, cancel)
+        waited: list[bool] = []
+        reply: ModelReply = retrying(self._gated, body, messages, tools, cancel, waited)
+        reply.usage.waited = any(waited)
+        return reply
+
+    def _gated(
+        self,
+        body: dict[str, Any],
+        messages: list[Message],
+        tools: list[dict[str, Any]],
+        cancel: CancelToken | None,
+        waited: list[bool],
+    ) -> ModelReply:
+        """One attempt, in its place under the gate's caps (if any)."""
+        if self.gate is None:
+            return self._once(body, messages, tools, cancel)
+        tokens = _worst_tokens(body) if self.gate.counts_tokens else 0
+        slot: Slot = self.gate.enter(body["model"], tokens, cancel)
+        waited.append(slot.waited)
+        used: int | None = None
+        try:
+            reply = self._once(body, messages, tools, cancel)
+            used = reply.usage.total_tokens
+            return reply
+        except ProviderError as exc:
+            if exc.status == 429:
+                self.gate.cool_down(body["model"], exc.retry_after or FIRST_RETRY_WAIT_S)
+            raise
+        finally:
+            slot.done(used)
 
     def _once(
         self,
@@ -185,6 +221,13 @@ def _requests() -> ThreadPoolExecutor:
                 MAX_REQUEST_THREADS, thread_name_prefix="tg-request"
             )
         return pool
+
+
+def _worst_tokens(body: dict[str, Any]) -> int:
+    """A request's most tokens: its messages and tools as JSON (counted with o200k_base,
+    more than any server's framing) and the longest reply it allows."""
+    reply = body.get("max_tokens") or body.get("max_completion_tokens") or 4096
+    return count(json.dumps(body.get("messages", [])) + json.dumps(body.get("tools", []))) + reply
 
 
 def _wait(state: RetryCallState) -> float:

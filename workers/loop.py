@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel
 
@@ -21,6 +22,7 @@ from workers.cancel import CancelToken
 from workers.client import ModelClient, ModelReply, RequestParams
 from workers.errors import Cancelled, PermanentToolError, ProviderError, ToolError
 from workers.fence import UNFENCED, Fence
+from workers.meter import Hold, Meter, OverBudget, worst_case
 from workers.pricing import Price, cost
 from workers.state import Interruption, Message, RunState, RunStatus, ToolCall, pending
 from workers.tools import Catalog, Tool, ToolContext, ToolScope
@@ -69,6 +71,9 @@ class Harness:
     # Whether a call may run without a person (tool, its arguments, the call id): the
     # caller's approval policy, which may approve it itself. None: the tools' own flags.
     approval: Callable[[Tool, BaseModel, str], bool] | None = None
+    # Where the call's money is held before it starts and settled after (a run's budget
+    # across every worker); None: only `caps.budget_usd`, this run's own.
+    meter: Meter | None = None
 
 
 def run(state: RunState, h: Harness) -> RunState:
@@ -91,16 +96,27 @@ def run(state: RunState, h: Harness) -> RunState:
         if h.caps.budget_usd is not None and state.cost_usd >= h.caps.budget_usd:
             return _stop(state, h, RunStatus.BUDGET_EXCEEDED, Interruption(type="max_budget"))
         h.fence.check()  # a superseded copy must not pay for another turn
+        schemas = h.catalog.schemas()
+        try:
+            hold = _hold(state, h, schemas)
+        except OverBudget as exc:
+            interruption = Interruption(type="run_budget", reason=str(exc))
+            return _stop(state, h, RunStatus.BUDGET_EXCEEDED, interruption)
         try:
             reply = h.client.complete(
-                state.model, state.messages, h.catalog.schemas(), cancel=h.cancel, params=h.params
+                state.model, state.messages, schemas, cancel=h.cancel, params=h.params
             )
         except Cancelled:
+            _release(h, hold)
             return _cancelled(state, h)
         except ProviderError as exc:
+            _release(h, hold)
             state.retryable, state.provider_failed = exc.retryable, True
             return _stop(state, h, RunStatus.FAILED, error=str(exc))
-        _record_reply(state, h, reply)
+        except BaseException:
+            _release(h, hold)
+            raise
+        _record_reply(state, h, reply, hold)
         if reply.finish_reason in TRUNCATED and not reply.message.tool_calls:
             if state.truncated:
                 error = (
@@ -125,7 +141,29 @@ TRUNCATED_NOTE = (
 )
 
 
-def _record_reply(state: RunState, h: Harness, reply: ModelReply) -> None:
+def _hold(state: RunState, h: Harness, schemas: list[dict[str, Any]]) -> Hold | None:
+    """Hold the call's worst case with the meter (`OverBudget` if it cannot be covered)."""
+    if h.meter is None:
+        return None
+    max_tokens = h.params.max_tokens if h.params is not None else None
+    worst = worst_case(state.messages, schemas, max_tokens, h.price)
+    hold = h.meter.hold(worst)
+    h.tracer.emit(
+        "reserved",
+        usd=round(worst.usd, 9),
+        prompt_tokens=worst.prompt_tokens,
+        reply_tokens=worst.reply_tokens,
+    )
+    return hold
+
+
+def _release(h: Harness, hold: Hold | None) -> None:
+    if hold is not None:
+        hold.release()
+        h.tracer.emit("released")
+
+
+def _record_reply(state: RunState, h: Harness, reply: ModelReply, hold: Hold | None) -> None:
     if h.tool_call_text_fallback and not reply.message.tool_calls:
         known = set(h.catalog.by_name)
         if calls := textcalls.parse(reply.message.content, known, state.turns):
@@ -138,7 +176,11 @@ def _record_reply(state: RunState, h: Harness, reply: ModelReply) -> None:
                     parsed_from_text=True,
                 )
     # Money first: the turn is paid the moment the reply exists.
-    state.cost_usd += cost(reply.usage, h.price)
+    paid = cost(reply.usage, h.price)
+    if hold is not None:  # before the save: a crash between them pays again, and counts it
+        hold.settle(paid, reply.usage)
+        h.tracer.emit("settled", usd=round(paid, 9), **_estimated(reply))
+    state.cost_usd += paid
     state.usage.add(reply.usage)
     state.turns += 1
     state.per_turn_prompt_tokens.append(reply.usage.prompt_tokens)
@@ -152,8 +194,12 @@ def _record_reply(state: RunState, h: Harness, reply: ModelReply) -> None:
         total_tokens=reply.usage.total_tokens,
         cost_usd=round(state.cost_usd, 8),
         finish=reply.finish_reason,
-        **({"estimated": True} if reply.usage.estimated else {}),
+        **_estimated(reply),
     )
+
+
+def _estimated(reply: ModelReply) -> dict[str, bool]:
+    return {"estimated": True} if reply.usage.estimated else {}
 
 
 def _drain(state: RunState, h: Harness, calls: list[ToolCall]) -> RunState | None:

@@ -32,7 +32,8 @@ class RunStatus(StrEnum):
 class Interruption(BaseModel):
     """Why a run stopped short: approval needed, a cap hit, or a cancel."""
 
-    type: Literal["approval", "max_turns", "max_budget", "cancelled"]
+    # max_budget: this run's own cap; run_budget: the budget of the batch it is part of
+    type: Literal["approval", "max_turns", "max_budget", "run_budget", "cancelled"]
     call_id: str | None = None
     tool: str | None = None
     args: Any = None

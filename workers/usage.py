@@ -12,6 +12,8 @@ class Usage(BaseModel):
     completion_tokens: int = 0
     # The reply carried no usage: these are our own o200k_base counts, so budgets still hold.
     estimated: bool = False
+    # The request waited for a slot of the endpoint's cap (LLM_MAX_INFLIGHT, LLM_MAX_TPM).
+    waited: bool = False
 
     @property
     def total_tokens(self) -> int:
@@ -24,6 +26,7 @@ class RunUsage(Usage):
 
     requests: int = 0
     estimated_requests: int = 0  # replies whose usage we counted ourselves
+    waited_requests: int = 0  # requests that waited for the endpoint's cap
 
     def add(self, reply: Usage) -> None:
         """Add one reply's usage to the run's totals."""
@@ -31,4 +34,5 @@ class RunUsage(Usage):
         self.completion_tokens += reply.completion_tokens
         self.requests += 1
         self.estimated_requests += reply.estimated
+        self.waited_requests += reply.waited
         self.estimated = self.estimated or reply.estimated
