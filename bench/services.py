@@ -68,8 +68,8 @@ def stop_process(proc: subprocess.Popen[bytes], timeout: float = STOP_TIMEOUT_S)
 class Provider:
     """The scripted provider serving `scenarios` in its own process on a free port."""
 
-    def __init__(self, scenarios: Path | str, log: Path) -> None:
-        self.scenarios, self.log = scenarios, log
+    def __init__(self, scenarios: Path | str, log: Path, args: list[str] | None = None) -> None:
+        self.scenarios, self.log, self.args = scenarios, log, args or []
         self.port = free_port()
         self.url = f"http://{LOOPBACK}:{self.port}/v1"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -77,6 +77,7 @@ class Provider:
     def __enter__(self) -> Provider:
         cmd = [sys.executable, "-m", "workers.provider.server"]
         cmd += ["--scenarios", str(self.scenarios), "--port", str(self.port), "--host", LOOPBACK]
+        cmd += self.args
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with self.log.open("wb") as log:
             self.proc = subprocess.Popen(cmd, env=child_env(), stdout=log, stderr=log)

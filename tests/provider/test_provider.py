@@ -11,6 +11,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import yaml
 
 from tests.provider.conftest import (
     REPO,
@@ -31,7 +32,9 @@ from workers.provider import (
     TOKENS_PER_MESSAGE,
     TOKENS_REPLY_PRIMING,
     load_scenario,
+    running_provider,
 )
+from workers.provider.app import TokenRate
 
 # --- turns and replies ---------------------------------------------------------------------
 
@@ -240,6 +243,7 @@ def test_stats_count_requests_tokens_and_scripts_and_reset(serve: Serve) -> None
         "params": {"a: none": 2, "b: none": 1},  # no max_tokens or temperature was sent
         "tools": {},  # no request offered a tool
         "abandoned": 0,  # every client waited for its reply
+        "rate_limited": 0,  # no token rate was set
         "last_abandoned_at": None,
     }
     reset = httpx.post(f"{url.removesuffix('/v1')}/stats/reset", timeout=5)
@@ -247,7 +251,7 @@ def test_stats_count_requests_tokens_and_scripts_and_reset(serve: Serve) -> None
     zero = {"requests": 0, "in_flight": 0, "max_in_flight": 0, "prompt_tokens": 0}
     after = stats(url)
     assert after.pop("cpu_s") >= 0
-    empty = {"scripts": {}, "params": {}, "tools": {}, "abandoned": 0}
+    empty = {"scripts": {}, "params": {}, "tools": {}, "abandoned": 0, "rate_limited": 0}
     assert after == {
         **zero,
         **empty,
@@ -347,3 +351,24 @@ def _wait_healthy(base: str, process: subprocess.Popen[bytes], timeout_s: float 
         except httpx.TransportError:
             time.sleep(0.05)
     pytest.fail(f"provider at {base} not healthy after {timeout_s} s")
+
+
+def test_a_token_rate_answers_429_with_the_retry_after_that_admits(tmp_path: Path) -> None:
+    scripts = [text_script("a", {"model": "^a$"})]
+    scenario = tmp_path / "rate.yaml"
+    scenario.write_text(yaml.safe_dump(scripts))
+    with running_provider(scenario, rate=TokenRate(limit=10, window_s=2.0)) as url:
+        first = chat(url, "a", [user()])
+        assert first.status_code == 200
+        used = first.json()["usage"]["total_tokens"]
+        assert used <= 10 < used * 2  # a second one would pass the rate
+        refused = chat(url, "a", [user()])
+        assert refused.status_code == 429
+        assert refused.json()["error"]["type"] == "rate_limit_error"
+        wait = float(refused.headers["retry-after"])
+        assert 1 <= wait <= 2
+        time.sleep(wait)
+        assert chat(url, "a", [user()]).status_code == 200
+        seen = stats(url)
+    assert (seen["requests"], seen["rate_limited"]) == (3, 1)
+    assert seen["prompt_tokens"] + seen["completion_tokens"] == 2 * used  # 429s serve nothing

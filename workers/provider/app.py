@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import time
 import uuid
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -70,6 +71,7 @@ class Stats:
     abandoned: int = 0
     last_abandoned_at: float | None = None
     last_arrival_at: float | None = None
+    rate_limited: int = 0  # requests answered 429 by the token rate (--tpm-limit)
 
     def begin(self) -> None:
         """A chat-completions request has arrived."""
@@ -97,6 +99,7 @@ class Stats:
     def reset(self) -> None:
         """Zero the counters; requests still running stay counted in flight."""
         self.requests = self.prompt_tokens = self.completion_tokens = self.abandoned = 0
+        self.rate_limited = 0
         self.last_abandoned_at = self.last_arrival_at = None
         self.max_in_flight = self.in_flight
         self.scripts.clear()
@@ -116,6 +119,7 @@ class Stats:
             "params": dict(self.params),
             "tools": dict(self.tools),
             "abandoned": self.abandoned,
+            "rate_limited": self.rate_limited,
             "last_abandoned_at": self.last_abandoned_at,
             "last_arrival_at": self.last_arrival_at,
             "cpu_s": round(time.process_time() - self.cpu_started, 6),
@@ -138,6 +142,27 @@ class FaultCounters:
         return None
 
 
+class TokenRate:
+    """A hosted API's tokens-per-minute limit: a request whose tokens would take the last
+    `window_s` over `limit` is answered 429 with the Retry-After that would admit it."""
+
+    def __init__(self, limit: int, window_s: float = 60.0) -> None:
+        self.limit, self.window_s = limit, window_s
+        self._served: deque[tuple[float, int]] = deque()
+        self._sum = 0
+
+    def admit(self, tokens: int) -> float | None:
+        """Count `tokens` served now and return None, or the seconds to wait (not counted)."""
+        now = time.monotonic()
+        while self._served and self._served[0][0] <= now - self.window_s:
+            self._sum -= self._served.popleft()[1]
+        if self._served and self._sum + tokens > self.limit:
+            return max(self._served[0][0] + self.window_s - now, 0.001)
+        self._served.append((now, tokens))
+        self._sum += tokens
+        return None
+
+
 @dataclass
 class ProviderState:
     """What one app serves from and keeps: its scenario, stats and fault counters."""
@@ -145,6 +170,7 @@ class ProviderState:
     scenario: Scenario
     stats: Stats = field(default_factory=Stats)
     faults: FaultCounters = field(default_factory=FaultCounters)
+    rate: TokenRate | None = None
 
 
 def error_response(
@@ -224,6 +250,14 @@ async def _answer(
         message = f"script {script.name!r} has no reply for turn {turn} (it has {replies})"
         return error_response(500, message, messages_api=messages_api)
     rendered = render_reply(reply, request, matched.groups)
+    if state.rate is not None:
+        wait_s = state.rate.admit(rendered.prompt_tokens + rendered.completion_tokens)
+        if wait_s is not None:
+            state.stats.record(script, None)
+            state.stats.rate_limited += 1
+            headers = {"Retry-After": f"{math.ceil(wait_s)}"}
+            message = f"rate limit: {state.rate.limit} tokens per {state.rate.window_s:g} s"
+            return error_response(429, message, headers, messages_api)
     state.stats.record(script, rendered)
     if messages_api:
         return JSONResponse(anthropic_messages.message_body(request, rendered))
@@ -326,8 +360,8 @@ async def healthz(_http: Request) -> Response:
     return JSONResponse({"ok": True})
 
 
-def create_app(scenario: Scenario) -> Starlette:
-    """A Starlette app that answers chat completions from `scenario`."""
+def create_app(scenario: Scenario, rate: TokenRate | None = None) -> Starlette:
+    """A Starlette app that answers chat completions from `scenario` (limited to `rate`)."""
     app = Starlette(
         routes=[
             Route("/v1/chat/completions", chat_completions, methods=["POST"]),
@@ -337,5 +371,5 @@ def create_app(scenario: Scenario) -> Starlette:
             Route("/healthz", healthz, methods=["GET"]),
         ]
     )
-    app.state.provider = ProviderState(scenario)
+    app.state.provider = ProviderState(scenario, rate=rate)
     return app

@@ -72,8 +72,23 @@ connection drops mid-body), hang_ms.
 )
 @click.option("--host", default=DEFAULT_HOST, show_default=True, help="Address to listen on.")
 @click.option("--port", type=click.IntRange(0, 65535), default=DEFAULT_PORT, show_default=True)
-def command(scenarios: str, host: str, port: int) -> int:
+@click.option(
+    "--tpm-limit",
+    type=click.IntRange(min=1),
+    help="Answer 429 (with Retry-After) to a request whose tokens would take the last "
+    "--tpm-window-s seconds over this many, as a rate-limited hosted API does.",
+)
+@click.option(
+    "--tpm-window-s",
+    type=click.FloatRange(min=0, min_open=True),
+    default=60.0,
+    show_default=True,
+    help="The window --tpm-limit counts over.",
+)
+def command(
+    scenarios: str, host: str, port: int, tpm_limit: int | None, tpm_window_s: float
+) -> int:
     """Serve the scripted OpenAI-compatible model over HTTP."""
     from workers.provider.server import run_from_options
 
-    return run_from_options(scenarios, host, port)
+    return run_from_options(scenarios, host, port, tpm_limit, tpm_window_s)

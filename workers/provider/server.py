@@ -18,7 +18,7 @@ import uvicorn
 
 from workers import tokens
 from workers.errors import ScenarioError
-from workers.provider.app import create_app
+from workers.provider.app import TokenRate, create_app
 from workers.provider.options import DEFAULT_HOST, DEFAULT_PORT, command
 from workers.provider.scenario import Scenario, load_scenario
 
@@ -35,7 +35,9 @@ def _scenario(source: ScenarioSource) -> Scenario:
     return source if isinstance(source, Scenario) else load_scenario(source)
 
 
-def _server(scenario: Scenario, host: str, port: int, log_level: str) -> uvicorn.Server:
+def _server(
+    scenario: Scenario, host: str, port: int, log_level: str, rate: TokenRate | None = None
+) -> uvicorn.Server:
     """A uvicorn server for `scenario`, shared by the foreground and background runs."""
     # Build the tokenizer now if any reply will be counted, so the first request's
     # X-Service-Ms is not its load time; fixed-usage scenarios (the demo) never need it.
@@ -44,7 +46,7 @@ def _server(scenario: Scenario, host: str, port: int, log_level: str) -> uvicorn
     # No lifespan: the app has no startup work, and uvicorn's probe would only log noise.
     # A bounded graceful shutdown, so a request stuck in a scripted hang cannot hold it up.
     config = uvicorn.Config(
-        create_app(scenario),
+        create_app(scenario, rate),
         host=host,
         port=port,
         log_level=log_level,
@@ -58,10 +60,13 @@ def _server(scenario: Scenario, host: str, port: int, log_level: str) -> uvicorn
 
 
 def serve(
-    scenarios: ScenarioSource = "harness", host: str = DEFAULT_HOST, port: int = DEFAULT_PORT
+    scenarios: ScenarioSource = "harness",
+    host: str = DEFAULT_HOST,
+    port: int = DEFAULT_PORT,
+    rate: TokenRate | None = None,
 ) -> None:
     """Serve the provider until interrupted (blocks; Ctrl-C or SIGTERM stops it)."""
-    _server(_scenario(scenarios), host, port, "info").run()
+    _server(_scenario(scenarios), host, port, "info", rate).run()
 
 
 @contextmanager
@@ -70,13 +75,14 @@ def running_provider(
     host: str = DEFAULT_HOST,
     port: int = 0,
     join: bool = True,
+    rate: TokenRate | None = None,
 ) -> Iterator[str]:
     """Run the provider on `port` (0: a free one) in a background thread; yield its URL.
 
     On the way out it is told to stop; `join=False` does not wait for it (up to a tick of
     uvicorn's loop, 0.1-0.2 s), for a process about to exit anyway.
     """
-    server = _server(_scenario(scenarios), host, port, "warning")
+    server = _server(_scenario(scenarios), host, port, "warning", rate)
     thread = threading.Thread(target=server.run, name="scripted-provider", daemon=True)
     thread.start()
     try:
@@ -102,8 +108,15 @@ def _wait_started(server: uvicorn.Server, thread: threading.Thread) -> None:
         time.sleep(0.005)
 
 
-def run_from_options(scenarios: str, host: str, port: int) -> int:
-    """Load `scenarios` and serve them on `host`:`port` until interrupted."""
+def run_from_options(
+    scenarios: str,
+    host: str,
+    port: int,
+    tpm_limit: int | None = None,
+    tpm_window_s: float = 60.0,
+) -> int:
+    """Load `scenarios` and serve them on `host`:`port` until interrupted (answering 429
+    past `tpm_limit` tokens per `tpm_window_s`, if set)."""
     try:
         scenario = load_scenario(scenarios)
     except ScenarioError as exc:
@@ -114,7 +127,7 @@ def run_from_options(scenarios: str, host: str, port: int) -> int:
         f" at http://{host}:{port}/v1",
         flush=True,
     )
-    serve(scenario, host, port)
+    serve(scenario, host, port, TokenRate(tpm_limit, tpm_window_s) if tpm_limit else None)
     return 0
 
 
