@@ -108,7 +108,8 @@ class Follower:
         self.store = store
         self.json_logs = json_logs
         self.tail = TraceTail(store.trace_path)
-        self.tally = Tally(tickets=len(store.ticket_ids()))
+        budget = store.meta().config.run_budget_usd
+        self.tally = Tally(tickets=len(store.ticket_ids()), budget_usd=budget)
         self.lines = ProgressPrinter(store) if mode == "lines" else None
         self.live = None
         if mode == "live":

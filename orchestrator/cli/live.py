@@ -56,7 +56,6 @@ class LiveView:
             Text(str(len(t.failed)), style="red" if t.failed else ""),
         )
         spend = Text(
-            f"{t.calls} model calls · {t.tokens:,} tokens · ${t.cost_usd:.4f} · "
-            f"{t.elapsed_s:.1f} s elapsed"
+            f"{t.calls} model calls · {t.tokens:,} tokens · {t.spend} · {t.elapsed_s:.1f} s elapsed"
         )
         return Group(Text(f"run {self.run_id}", style="bold"), nodes, tickets, spend)

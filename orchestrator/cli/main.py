@@ -241,7 +241,7 @@ def run(opts: RunOptions, pool_size: int | None, stop_after: str | None) -> int:
     from orchestrator.workspace import Workspace
 
     shown = _shown(opts)
-    settings = _checked_settings(opts.broker, opts.timeout, pool_size, stop_after)
+    settings = _checked_settings(opts.broker, opts.timeout, pool_size, stop_after, opts.budget)
     submission.require_workers(settings, opts.wait_for_workers)
     store = start(Workspace(opts.workspace), settings, tasks.registered())
     if store is None:
@@ -426,7 +426,7 @@ def resume(run_id: str, opts: RunOptions, retry_failed: str, wait: bool) -> int:
     submission.require_workers(settings, opts.wait_for_workers)
     lease.wait_free(store, wait, say=lambda line: print(line, flush=True))
     lease.acquire(store, "distributed" if settings.broker_url else "embedded")
-    taken = retry.reopen(store, tasks.registered(), retry_failed)  # type: ignore[arg-type]
+    taken = retry.reopen(store, tasks.registered(), retry_failed, opts.budget)  # type: ignore[arg-type]
     if shown != "quiet":
         print(console.reopened(taken), end="", flush=True)
     return console.wait_for_verdict(store, settings, shown, opts.log_format, opts.as_json)
@@ -710,6 +710,7 @@ def _checked_settings(
     timeout: float | None,
     pool_size: int | None = None,
     stop_after: str | None = None,
+    budget: float | None = None,
 ) -> GraphSettings:
     """The graph's settings (environment and flags), the model endpoint's checked too,
     before anything is claimed."""
@@ -717,7 +718,7 @@ def _checked_settings(
     from workers.settings import HarnessSettings, load
 
     load(HarnessSettings, "LLM_")
-    return environment.settings(broker, timeout, pool_size, stop_after)
+    return environment.settings(broker, timeout, pool_size, stop_after, budget)
 
 
 def _shown(opts: RunOptions) -> Mode:

@@ -41,6 +41,7 @@ class RunOptions:
     as_json: bool
     quiet: bool
     log_format: str
+    budget: float | None
 
 
 def run_options(f: F) -> F:
@@ -78,6 +79,14 @@ def run_options(f: F) -> F:
                 is_flag=True,
                 help="Print one JSON document at the end (schema: docs/run-document.schema."
                 "json) and nothing else on stdout.",
+            ),
+            click.option(
+                "--budget",
+                type=click.FloatRange(min=0, min_open=True, max=1e6),
+                metavar="USD",
+                help="What the whole run may spend, across every worker (default [run] "
+                "budget_usd, or no limit). A call that the rest cannot cover does not start: "
+                "its ticket ends `budget`; resume with a higher --budget to finish it.",
             ),
             click.option("--quiet", "-q", is_flag=True, help="Print only the verdict line."),
             click.option(

@@ -62,6 +62,13 @@ class Tally:
     tokens: int = 0
     cost_usd: float = 0.0
     paid: dict[str, float] = field(default_factory=dict)  # agent run -> its cost so far
+    budget_usd: float | None = None  # what the run may spend ([run] budget_usd, --budget)
+
+    @property
+    def spend(self) -> str:
+        """`$0.0123`, or `$0.0123 of $0.0500` against the run's budget."""
+        spent = f"${self.cost_usd:.4f}"
+        return spent if self.budget_usd is None else f"{spent} of ${self.budget_usd:.4f}"
 
     def add(self, event: dict[str, Any]) -> None:
         """Count one trace event."""
@@ -109,5 +116,5 @@ class Tally:
             f"{self.tickets} tickets: {len(self.drafted)} drafted, {self.reviewed} reviewed, "
             f"{len(self.passed)} pass, {len(self.needs_human)} need a human, "
             f"{len(self.failed)} failed; {self.calls} model calls, {self.tokens} tokens, "
-            f"${self.cost_usd:.4f}; {self.elapsed_s:.1f} s"
+            f"{self.spend}; {self.elapsed_s:.1f} s"
         )

@@ -16,6 +16,7 @@ from orchestrator.exit_codes import ExitCode
 from orchestrator.run import store
 from orchestrator.run.records import (
     FAILED_STOPS,
+    BudgetTotals,
     Cancel,
     RunPhase,
     RunRecord,
@@ -55,6 +56,8 @@ class RunDocument(BaseModel):
     # Tool calls that wait for a person's decision (ticketgraph approve / reject).
     awaiting_approval: list[WaitingRow] = []
     cancel: Cancel | None = None  # who cancelled the run and why (ticketgraph cancel)
+    # What the run may spend and has spent ([run] budget_usd, --budget; run/budget.py).
+    budget: BudgetTotals | None = None
     record: RunRecord | None  # run-state.json: config, every node and every ticket
 
 
@@ -72,6 +75,8 @@ class RunRow(BaseModel):
     need_a_human: int
     awaiting_approval: int = 0
     cancelled: bool = False
+    budget_usd: float | None = None  # what the run may spend (None: no limit)
+    budget: BudgetTotals | None = None  # the same object as the run document's
     cost_usd: float
     duration_s: float | None
 
@@ -134,6 +139,7 @@ def document(record: RunRecord, exit_code: int | None = None) -> dict[str, Any]:
         report=str(report_file) if record.status is RunPhase.DONE else None,
         awaiting_approval=waiting(record),
         cancel=record.cancel,
+        budget=report.budget(record),
         record=record,
     )
     return json.loads(doc.model_dump_json())
@@ -210,6 +216,8 @@ def recent(workspace: Path, limit: int) -> list[RunRow]:
                 ),
                 awaiting_approval=len(waiting(record)),
                 cancelled=record.cancel is not None,
+                budget_usd=record.config.run_budget_usd,
+                budget=report.budget(record),
                 cost_usd=cost(record),
                 duration_s=duration_s(record),
             )
@@ -221,7 +229,7 @@ def runs_table(rows: list[RunRow]) -> str:
     """`ticketgraph runs` for a person: one run per line, newest first."""
     lines = [
         f"{'Run':<26}{'Started':<22}{'Verdict':<13}{'Exit':<6}{'Tickets':<9}"
-        f"{'Human':<7}{'Waiting':<9}{'Cost':<10}Duration"
+        f"{'Human':<7}{'Waiting':<9}{'Cost':<19}Duration"
     ]
     for row in rows:
         code = "-" if row.exit_code is None else str(row.exit_code)
@@ -230,9 +238,14 @@ def runs_table(rows: list[RunRow]) -> str:
         lines.append(
             f"{row.run_id:<26}{row.started_at[:19]:<22}{shown:<13}{code:<6}"
             f"{row.tickets:<9}{row.need_a_human:<7}{row.awaiting_approval:<9}"
-            f"${row.cost_usd:<9.4f}{took}"
+            f"{_spent(row):<19}{took}"
         )
     return "\n".join(lines) + "\n"
+
+
+def _spent(row: RunRow) -> str:
+    spent = f"${row.cost_usd:.4f}"
+    return spent if row.budget_usd is None else f"{spent} of ${row.budget_usd:.2f}"
 
 
 def text(record: RunRecord) -> str:
@@ -243,6 +256,8 @@ def text(record: RunRecord) -> str:
     lines = [f"run {record.run_id}: {record.status.value}{code}; {len(record.tickets)} tickets"]
     lines.append(f"  {counts}")
     lines += report.node_table(record)
+    if (line := report.budget_line(report.budget(record))) is not None:
+        lines.append(line)
     human = [(i, t) for i, t in record.tickets.items() if t.status is TicketStatus.NEEDS_HUMAN]
     if human:
         lines.append(f"need a human: {len(human)}")

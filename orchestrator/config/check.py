@@ -32,6 +32,7 @@ def check(workspace: Workspace, settings: GraphSettings, llm: HarnessSettings) -
     checks = ", ".join(config.checks) or "none of your own"
     lines.append(f"  gate: {len(config.filler_phrases)} filler phrases; checks: {checks}")
     lines.append(f"  model endpoint: {_endpoint(workspace, llm)}")
+    lines.append(f"  {_budget(config, llm)}")
     lines.append(f"  fingerprint: {found.fingerprint[:16]} (every worker must load the same)")
     return "\n".join(lines) + "\n"
 
@@ -57,6 +58,22 @@ def _worker(
                 f'approval = {{ {tool.name} = "always" }} (or a rule) if it should not'
             )
     return lines
+
+
+def _budget(config: RunConfig, llm: HarnessSettings) -> str:
+    """What a run may spend, and the endpoint's caps."""
+    if config.run_budget_usd is None:
+        spend = "run budget: none ([run] budget_usd or --budget sets one)"
+    else:
+        spend = f"run budget: ${config.run_budget_usd:.4f}"
+        if config.ticket_budget_usd is not None:
+            spend += f", ${config.ticket_budget_usd:.4f} per ticket"
+    caps = [
+        f"{name} {value}"
+        for name, value in (("LLM_MAX_INFLIGHT", llm.max_inflight), ("LLM_MAX_TPM", llm.max_tpm))
+        if value is not None
+    ]
+    return f"{spend}; endpoint caps: {', '.join(caps) or 'none'}"
 
 
 def _endpoint(workspace: Workspace, llm: HarnessSettings) -> str:

@@ -28,6 +28,9 @@ class GraphSettings(BaseSettings):
     stop_after: StopAfter | None = Field(
         default=None, validation_alias=AliasChoices("TICKETGRAPH_STOP_AFTER", "STOP_AFTER")
     )
+    budget_usd: float | None = Field(
+        default=None, gt=0, le=1e6, description="what the whole run may spend ([run] budget_usd)"
+    )
     # Per task: at the soft limit the task's agent is cancelled (its ticket stops with reason
     # `time_limit`); at the hard limit a task that still runs is recorded so and its worker
     # process is replaced.
@@ -80,6 +83,7 @@ def settings(
     timeout: float | None = None,
     pool_size: int | None = None,
     stop_after: str | None = None,
+    budget_usd: float | None = None,
 ) -> GraphSettings:
     """The graph's settings from the environment, with the command's flags laid over them;
     `SettingsError`, one sentence naming the variable or the flag, for a value that cannot
@@ -88,7 +92,7 @@ def settings(
     if broker is not None and (problem := broker_url_problem(broker)) is not None:
         raise SettingsError(f"--broker {shown(broker)!r}: {problem}")
     flags = {"broker_url": broker, "run_timeout_s": timeout, "pool_size": pool_size}
-    flags["stop_after"] = stop_after
+    flags["stop_after"], flags["budget_usd"] = stop_after, budget_usd
     return loaded.model_copy(update={k: v for k, v in flags.items() if v is not None})
 
 

@@ -9,6 +9,7 @@ then fixed into the run's `RunConfig`, which every worker reads.
     tokens per reply        [harness] max_tokens, …       LLM_MAX_TOKENS
     temperature             [harness] temperature, …      LLM_TEMPERATURE
     prices                  [prices]                      LLM_PRICES (replaces it)
+    what a run may spend    [run] budget_usd              TICKETGRAPH_BUDGET_USD     --budget
     where to stop early                                   STOP_AFTER, TICKETGRAPH_…  --stop-after
 
 An environment value is checked where it is read (`workers.settings.load`: one sentence
@@ -55,6 +56,8 @@ def overrides(
     out: dict[str, Any] = {}
     if graph.pool_size is not None:
         out["graph"] = {"pool_size": graph.pool_size}
+    if graph.budget_usd is not None:
+        out["run"] = {"budget_usd": graph.budget_usd}
     every_role = {
         key: value
         for key, value in (
@@ -113,6 +116,8 @@ def run_config(
         router_temperature=router.temperature,
         max_turns=harness.max_turns,
         budget_usd=harness.budget_usd,
+        run_budget_usd=config.run.budget_usd,
+        ticket_budget_usd=config.run.ticket_budget_usd,
         roles=roles(workspace, config),
         workers={name: _worker(workspace, name, w) for name, w in config.workers.items()},
         templates={

@@ -34,6 +34,13 @@ class GraphConfig(_Table):
     pool_size: int = Field(default=2, ge=1)
 
 
+class RunTable(_Table):
+    """What one run may spend in all, across every worker (`[run]`; unset: no limit)."""
+
+    budget_usd: float | None = Field(default=None, gt=0, le=1e6, description="the whole run")
+    ticket_budget_usd: float | None = Field(default=None, gt=0, le=1e6, description="a ticket")
+
+
 class InboxConfig(_Table):
     """What may be claimed from inbox/ and how much of it the router sees."""
 
@@ -191,6 +198,7 @@ class WorkspaceConfig(BaseModel):
     model_config = {"extra": "forbid"}
 
     graph: GraphConfig = GraphConfig()
+    run: RunTable = RunTable()
     inbox: InboxConfig = InboxConfig()
     gate: GateConfig = GateConfig()
     harness: HarnessConfig = HarnessConfig()

@@ -16,6 +16,7 @@ run's (RUN_TTL_S, 7 days) for all but the owner keys, which live as long as a ta
     tg:run:<run_id>:<attempt>:<step>:taken     flag: the barrier's task started
     tg:run:<run_id>:<attempt>:<step>:sent      hash: ticket -> time its task was sent
     tg:run:<run_id>:<attempt>:<step>:owner:<t> the delivery that holds ticket t
+    tg:run:<run_id>:budget[:holds|:leases]     the run's budget ledger (run/budget.py)
     tg:control                                 channel: cancels for every worker process
     tg:control:<nonce>:acks                    list: each process's answer to one cancel
 
@@ -41,6 +42,11 @@ _lock = threading.Lock()
 
 
 CONTROL = "tg:control"
+
+
+def budget(run_id: str, part: str = "") -> str:
+    """The run's budget ledger (run/budget.py): the hash, or its `holds` and `leases`."""
+    return f"{PREFIX}:{run_id}:budget" + (f":{part}" if part else "")
 
 
 def control_acks(nonce: str) -> str:

@@ -30,7 +30,7 @@ from orchestrator.errors import (
 )
 from orchestrator.exit_codes import ExitCode
 from orchestrator.plan import cancel, canvas, events, keys, tasks
-from orchestrator.run import ending, lease
+from orchestrator.run import budget, ending, lease
 from orchestrator.run.records import RunPhase
 from orchestrator.run.store import RunStore
 from orchestrator.steps import report
@@ -149,6 +149,7 @@ def _submit_and_wait(
 
     def submit() -> None:
         r.delete(keys.events(store.run_id))  # left over from an earlier submission
+        budget.open_ledger(r, store, budget.limits(store.meta().config))
         canvas.submit(r, tasks.registered(), store, store.read(), attempt)
 
     _through_outage(submit, window, "submitting the run", settings)
@@ -169,8 +170,10 @@ def _submit_and_wait(
         on_event(event)  # None: a quiet second (progress views read the trace then)
         relay.deliver()
         if event is not None and event["event"] == "run_end":
+            budget.snapshot(r, store)
             return event
         if event is None and store.meta().status is not RunPhase.RUNNING:
+            budget.snapshot(r, store)
             return None
         if time.monotonic() > deadline:
             raise RunTimeout(

@@ -72,7 +72,7 @@ def warm_up() -> None:
     process starts with it instead of paying for it in its first ticket. It holds no
     connection yet, so nothing is shared across the fork.
     """
-    shared_client(worker_llm())
+    shared_client(worker_llm(), _redis())
     "".encode("idna")  # the first request imports the idna codec
 
 
@@ -278,7 +278,7 @@ def _held(ctx: Context, step: Step, ticket_id: str, hand_on: Callable[[], None])
 
 
 def _context(step: Step, run_dir: str) -> Context:
-    return Context(RunStore(Path(run_dir)), worker_llm(), step.name, step.node)
+    return Context(RunStore(Path(run_dir)), worker_llm(), step.name, step.node, redis=_redis())
 
 
 def _redis() -> redis.Redis:

@@ -55,6 +55,7 @@ class NodeRecord(BaseModel):
     error: str | None = None
     cost_usd: float = 0.0
     estimated: int = 0  # replies whose usage the server left out (counted by us)
+    waited: int = 0  # requests that waited for the endpoint's cap (broker/ratecap.py)
 
     @property
     def done(self) -> bool:
@@ -69,6 +70,7 @@ class NodeRecord(BaseModel):
         self.calls, self.tokens, self.rounds, self.status = calls, tokens, rounds, "ok"
         if usage is not None:
             self.cost_usd, self.estimated = usage.cost_usd, usage.estimated
+            self.waited = usage.waited
 
 
 class StepUsage(BaseModel):
@@ -78,6 +80,7 @@ class StepUsage(BaseModel):
     tokens: int = 0
     cost_usd: float = 0.0
     estimated: int = 0  # replies whose usage the server left out (counted by us)
+    waited: int = 0  # requests that waited for the endpoint's cap
 
     def __add__(self, other: StepUsage) -> StepUsage:
         return StepUsage(
@@ -85,6 +88,7 @@ class StepUsage(BaseModel):
             tokens=self.tokens + other.tokens,
             cost_usd=self.cost_usd + other.cost_usd,
             estimated=self.estimated + other.estimated,
+            waited=self.waited + other.waited,
         )
 
 
@@ -215,7 +219,10 @@ class RunConfig(BaseModel):
     max_chars: int = 4000
     model: str
     max_turns: int
-    budget_usd: float | None
+    budget_usd: float | None  # per agent run
+    # What the whole run, and one ticket, may spend across every worker (run/budget.py).
+    run_budget_usd: float | None = None
+    ticket_budget_usd: float | None = None
     stop_after: str | None = None
     route_chars: int = 2000
     # The router's own settings ([harness.router]) where they differ from [harness].
@@ -232,6 +239,22 @@ class RunConfig(BaseModel):
     scripted: bool = False  # the run is served by the workspace's scripted provider
     # The nodes of the run's plan that its report lists, in order (the plan's table).
     nodes: list[str] = ["route", "fanout", "merge", "review"]
+
+
+class BudgetTotals(BaseModel):
+    """A run's budget ledger (run/budget.py) as `status`, `runs`, the report and --json show
+    it (`budget`), copied into run.json at the end of each step and of the run."""
+
+    limit_usd: float | None  # None: the run has no budget
+    reserved_usd: float
+    settled_usd: float
+    remaining_usd: float | None
+    calls: int = 0  # settled calls
+    estimated: int = 0  # of them, settled from our own count (the reply had no usage)
+    refused: int = 0  # calls not started for want of budget
+    expired: int = 0  # holds whose holder died, returned by their lease
+    spent: bool = False  # a call was refused for the run's limit: no further call starts
+    calls_waited: int = 0  # requests that waited for the endpoint's cap (broker/ratecap.py)
 
 
 class RejectedFile(BaseModel):
@@ -257,6 +280,7 @@ class RunMeta(BaseModel):
     config: RunConfig
     rejected: list[RejectedFile] = []
     cancel: Cancel | None = None  # who cancelled the run, if someone did (resume lifts it)
+    budget: BudgetTotals | None = None  # the run's budget ledger as last copied
 
     def end(self, status: RunPhase, exit_code: int | None, error: str | None = None) -> None:
         """Set where the run ended and the exit code cron will see."""

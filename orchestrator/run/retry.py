@@ -28,12 +28,15 @@ class Reopened:
     cancels: list[Cancel] = field(default_factory=list)  # the cancels it lifted
 
 
-def reopen(store: RunStore, plan: Plan, retry: RetryPolicy = "retryable") -> Reopened:
+def reopen(
+    store: RunStore, plan: Plan, retry: RetryPolicy = "retryable", budget_usd: float | None = None
+) -> Reopened:
     """Make a stopped, crashed or finished run resumable: failures that may pass on a retry
     (`retry`: those, all, none) go back to the step that failed, keeping what they paid;
     tickets whose waiting call a person decided go back to the step they stopped in; calls
     undecided past `[approvals] expire_h` end needs_human (`approval_expired`); a cancel
-    of the run or of tickets is lifted (its tickets, stopped `cancelled`, are retried)."""
+    of the run or of tickets is lifted (its tickets, stopped `cancelled`, are retried);
+    `budget_usd` replaces what the whole run may spend (tickets stopped by it are retried)."""
     lifted = cancels.clear(store)
     taken = _take_up_decided(store, plan)
     taken.cancels = lifted
@@ -44,6 +47,8 @@ def reopen(store: RunStore, plan: Plan, retry: RetryPolicy = "retryable") -> Reo
             meta.end(RunPhase.RUNNING, None)
             meta.config.stop_after = None
         meta.cancel = None
+        if budget_usd is not None:
+            meta.config.run_budget_usd = budget_usd
     return taken
 
 

@@ -7,9 +7,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import redis
 from pydantic import BaseModel
 
+from orchestrator.broker import ratecap
+from orchestrator.run import budget
 from orchestrator.run.records import CANCELLED, RoleSettings, RunConfig, StepUsage
+from orchestrator.run.store import ROUTER
 from orchestrator.steps import approval as steps_approval
 from orchestrator.steps.context import Context
 from workers import loop
@@ -38,6 +42,7 @@ class AgentResult:
     stopped_by: str | None = None  # why a cancelled run stopped (time_limit, ...)
     unsure_writes: list[str] = field(default_factory=list)  # interrupted writes: check them
     waiting: Interruption | None = None  # the call it stopped for, waiting for a person
+    out_of_budget: bool = False  # a call was not started: the run's (or ticket's) budget
 
     @property
     def stop(self) -> str:
@@ -86,7 +91,7 @@ def run_agent(
     ):
         return _refused(state, refused)
     harness = loop.Harness(
-        client=shared_client(ctx.llm),
+        client=shared_client(ctx.llm, ctx.redis),
         catalog=catalog,
         price=(config.prices or ctx.llm.prices).for_model(state.model),
         caps=loop.Caps(max_turns=how.max_turns, budget_usd=how.budget_usd),
@@ -98,6 +103,7 @@ def run_agent(
         fence=ctx.store.fence,
         scope=scope or ToolScope(),
         approval=approval,
+        meter=_meter(ctx, state_path),
     )
     state = loop.run(state, harness)
     stopped_by = (
@@ -120,12 +126,33 @@ def run_agent(
             tokens=state.usage.total_tokens,
             cost_usd=state.cost_usd,
             estimated=state.usage.estimated_requests,
+            waited=state.usage.waited_requests,
         ),
-        retryable=state.retryable or stopped_by == TIME_LIMIT or _cancelled(stopped_by),
+        retryable=state.retryable
+        or stopped_by == TIME_LIMIT
+        or _cancelled(stopped_by)
+        or _run_budget(state),
         stopped_by=stopped_by,
         unsure_writes=list(state.unsure_calls),
         waiting=state.interruption if _waits(state) else None,
+        out_of_budget=_run_budget(state),
     )
+
+
+def _meter(ctx: Context, state_path: Path) -> budget.RunMeter | None:
+    """The run's budget ledger, for the calls of the ticket (or the router) the agent's
+    state belongs to (`agents/<owner>.<step>.json`); None when the run has no budget."""
+    config = ctx.meta.config
+    if not budget.limits(config).any or ctx.redis is None:
+        return None
+    owner = state_path.name.split(".", 1)[0]
+    owner = "" if owner == ROUTER else owner
+    return budget.RunMeter(ctx.redis, ctx.store, budget.limits(config), owner)
+
+
+def _run_budget(state: RunState) -> bool:
+    """Stopped by the run's budget, not its own: a higher `resume --budget` goes on."""
+    return state.interruption is not None and state.interruption.type == "run_budget"
 
 
 def _waits(state: RunState) -> bool:
@@ -198,17 +225,18 @@ def categories_text(config: RunConfig) -> str:
     return ", ".join(described)
 
 
-def shared_client(llm: HarnessSettings) -> ModelClient:
+def shared_client(llm: HarnessSettings, r: redis.Redis | None = None) -> ModelClient:
     """One model client per endpoint per process, shared by all tasks and threads.
 
     Creating an httpx client costs 30-60 ms here (it builds an SSL context), more than the
     rest of a short agent run; a shared one also keeps its connections warm. It is created
-    lazily, so a prefork worker builds its own after the fork.
+    lazily, so a prefork worker builds its own after the fork. With `r` (the broker's
+    Redis) its requests wait under the endpoint's shared caps, if LLM_MAX_* set any.
     """
     key = llm.model_dump_json()
     with _clients_lock:
         if key not in _clients:
-            _clients[key] = ModelClient(llm)
+            _clients[key] = ModelClient(llm, gate=ratecap.gate_for(r, llm))
         return _clients[key]
 
 
@@ -216,6 +244,8 @@ def _stop_reason(state: RunState) -> str | None:
     if state.status is RunStatus.COMPLETED:
         return None if state.output else "the agent completed with an empty answer"
     if state.interruption is not None and state.interruption.reason:
+        if _run_budget(state):
+            return state.interruption.reason
         if state.interruption.reason.startswith(CANCELLED):  # a person's words, as they are
             return state.interruption.reason
         return f"the agent stopped: {state.status.value} ({state.interruption.reason})"

@@ -13,6 +13,8 @@ import functools
 import time
 from dataclasses import dataclass, field
 
+import redis
+
 from orchestrator.run import approvals
 from orchestrator.run.records import (
     NodeRecord,
@@ -40,6 +42,8 @@ class Context:
     step: str = "run"
     node: str = "run"
     cancel: CancelToken = field(default_factory=CancelToken)
+    # The broker's Redis, where the run's budget ledger is (None: no ledger, no budget).
+    redis: redis.Redis | None = None
 
     @functools.cached_property
     def meta(self) -> RunMeta:

@@ -7,9 +7,11 @@ import json
 import re
 
 from orchestrator.exit_codes import ExitCode
+from orchestrator.run import budget as budget_ledger
 from orchestrator.run import ending
 from orchestrator.run.records import (
     FAILED_STOPS,
+    BudgetTotals,
     NodeRecord,
     RunPhase,
     RunRecord,
@@ -97,12 +99,52 @@ def ticket_table(record: RunRecord) -> list[str]:
     return lines
 
 
+def budget(record: RunRecord) -> BudgetTotals:
+    """What the run may spend and has spent: the ledger as last copied into run.json (the
+    end of the run, the report) while it has a budget, else what its nodes paid; and the
+    requests that waited for the endpoint's cap."""
+    waited = sum(n.waited for n in record.nodes.values())
+    limit = record.config.run_budget_usd
+    if record.budget is not None and limit is not None:  # the limit: resume may have raised it
+        left = round(max(limit - record.budget.settled_usd - record.budget.reserved_usd, 0), 9)
+        return record.budget.model_copy(
+            update={"calls_waited": waited, "limit_usd": limit, "remaining_usd": left}
+        )
+    settled = round(sum(n.cost_usd for n in record.nodes.values()), 8)
+    remaining = None if limit is None else round(max(limit - settled, 0.0), 8)
+    return BudgetTotals(
+        limit_usd=limit,
+        reserved_usd=0.0,
+        settled_usd=settled,
+        remaining_usd=remaining,
+        calls_waited=waited,
+    )
+
+
+def budget_line(totals: BudgetTotals) -> str | None:
+    """`budget: $0.0336 of $0.0500 (...)` for a run with a budget or requests that waited."""
+    parts = []
+    if totals.limit_usd is not None:
+        parts.append(
+            f"budget: ${totals.settled_usd:.4f} settled of ${totals.limit_usd:.4f}, "
+            f"${totals.reserved_usd:.4f} held, ${totals.remaining_usd or 0:.4f} left"
+        )
+        if totals.refused:
+            parts.append(f"calls not started for want of it: {totals.refused}")
+    if totals.calls_waited:
+        parts.append(f"requests that waited for the endpoint's cap: {totals.calls_waited}")
+    return "; ".join(parts) or None
+
+
 def render(record: RunRecord) -> str:
     """The whole report as printed at the end of a run."""
     needs_human = [(i, t) for i, t in record.tickets.items() if t.status is not TicketStatus.PASS]
     published = sum(t.file is not None for t in record.tickets.values())
     plural = "" if len(needs_human) == 1 else "s"
-    lines = [*node_table(record), "", *ticket_table(record), ""]
+    lines = [*node_table(record)]
+    if (line := budget_line(budget(record))) is not None:
+        lines.append(line)
+    lines += ["", *ticket_table(record), ""]
     lines.append(f"out/: {published} replies; need a human: {len(needs_human)} ticket{plural}")
     for ticket_id, t in needs_human:
         if t.waiting is not None:
@@ -145,6 +187,8 @@ def report(ctx: Context) -> int:
     ctx.open_node()
     needs_human = [t for t in tickets.values() if t.status is not TicketStatus.PASS]
     code = ExitCode.NEEDS_HUMAN if needs_human or meta.rejected else ExitCode.ALL_PASS
+    if ctx.redis is not None:
+        budget_ledger.snapshot(ctx.redis, ctx.store)
     ctx.store.write(ctx.store.report_path, render(ctx.store.read(tickets)))
     ctx.close_node()
     return ending.end(ctx.store, RunPhase.DONE, code, tickets=tickets)

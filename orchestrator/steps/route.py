@@ -26,6 +26,8 @@ def route(ctx: Context) -> list[str]:
     ctx.open_node()
     categories = ctx.meta.config.categories
     result = _ask(ctx, ids, "route", trace)
+    if result.out_of_budget:
+        return _out_of_budget(ctx, result)
     if not result.ok:
         again = (
             "resume retries it"
@@ -38,6 +40,8 @@ def route(ctx: Context) -> list[str]:
     if missing := [i for i, d in decisions.items() if d.how == "missing"]:
         second = _ask(ctx, missing, "route-again", trace)
         usage = usage + second.usage
+        if second.out_of_budget:
+            return _out_of_budget(ctx, second)
         if not second.ok and second.retryable:  # resume asks again (the first is paid)
             raise RouteFailed(
                 f"the router did not answer again: {second.error} (resume retries it)"
@@ -61,6 +65,13 @@ def route(ctx: Context) -> list[str]:
         return []
     ctx.store.materialise(tickets)
     return [i for i, t in tickets.items() if t.status is TicketStatus.ROUTED]
+
+
+def _out_of_budget(ctx: Context, result: AgentResult) -> list[str]:
+    """The router's call was not started for want of budget: the run stops (exit 2), and
+    `resume --budget <more>` routes it, paying only for what was not done."""
+    ending.stopped(ctx.store, f"{result.error}; resume with a higher --budget")
+    return []
 
 
 SCRIPTED = (

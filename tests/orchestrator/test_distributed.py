@@ -159,14 +159,16 @@ def test_a_run_with_no_worker_listening_fails_fast_and_claims_nothing(demo: Path
 def test_a_run_that_times_out_stops_and_what_it_queued_pays_nothing(
     tmp_path: Path, demo: Path, cli: Cli
 ) -> None:
-    """One worker thread. Run A's routing call takes 3 s; run B, submitted meanwhile, waits
+    """One worker thread. Run A's routing call takes 6 s; run B, submitted meanwhile, waits
     in the queue behind it. Both `run --timeout 0.5`: exit 2 (stopped, resumable). A's call
     in flight finishes and is kept but starts nothing more; B's queued route task, taken
     once the thread is free, pays nothing: the provider sees A's one request. `resume` then
     finishes A from its routing, paying for it once."""
     import httpx
 
-    slow = variant(demo_scripts(), "router", latency_ms=3000)
+    # Long enough for B's command to start and stop its run while the thread is busy, also
+    # on a loaded machine (at 3 s, B's run was sometimes still running when the thread freed).
+    slow = variant(demo_scripts(), "router", latency_ms=6000)
     scenario = write_scenarios(tmp_path / "slow.yaml", slow)
     queued = tmp_path / "queued"
     init_demo(queued)
@@ -181,7 +183,7 @@ def test_a_run_that_times_out_stops_and_what_it_queued_pays_nothing(
                 assert "no verdict after 0.5 s" in done.stdout
             a, b = state(demo), state(queued)
             assert a["status"] == b["status"] == "stopped_early"
-            deadline = time.monotonic() + 20  # A's call ends (3 s), then B's task is taken
+            deadline = time.monotonic() + 20  # A's call ends (6 s), then B's task is taken
             while httpx.get(stats).json()["in_flight"] or not _route_done(demo, a["run_id"]):
                 assert time.monotonic() < deadline, "the route call never finished"
                 time.sleep(0.1)

@@ -1,0 +1,62 @@
+"""Leases held while a model call is in flight, pushed forward by one thread per process.
+
+A budget hold (run/budget.py) and a slot of an endpoint's cap (broker/ratecap.py) each live
+in Redis under a lease that ends unless its holder renews it: a SIGKILLed worker's money
+and slots come back when their leases end. Every process renews what it holds every
+RENEW_S, in one call per group (a ledger, a cap).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable, Hashable
+
+import redis
+
+log = logging.getLogger(__name__)
+
+# What a dead holder held is back this long after its last renewal (TICKETGRAPH_LEASE_S,
+# for tests); every holder renews at a quarter of it.
+LEASE_S = float(os.environ.get("TICKETGRAPH_LEASE_S") or 20.0)
+RENEW_S = LEASE_S / 4
+
+
+class Renewer:
+    """Renews the leases this process holds until they are dropped."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._held: dict[Hashable, tuple[Callable[[list[str]], None], set[str]]] = {}
+        self._pid: int | None = None
+
+    def add(self, group: Hashable, renew: Callable[[list[str]], None], lease_id: str) -> None:
+        """Keep `lease_id` of `group` alive (`renew(ids)` pushes a group's leases forward)."""
+        with self._lock:
+            if self._pid != os.getpid():  # a fork: the parent's thread and leases are not ours
+                self._held, self._pid = {}, os.getpid()
+                threading.Thread(target=self._loop, name="tg-leases", daemon=True).start()
+            self._held.setdefault(group, (renew, set()))[1].add(lease_id)
+
+    def drop(self, group: Hashable, lease_id: str) -> None:
+        """Stop renewing `lease_id` (its call ended)."""
+        with self._lock:
+            entry = self._held.get(group)
+            if entry is not None:
+                entry[1].discard(lease_id)
+
+    def _loop(self) -> None:
+        stop = threading.Event()
+        while not stop.wait(RENEW_S):
+            with self._lock:
+                work = [(renew, list(ids)) for renew, ids in self._held.values() if ids]
+                self._held = {k: v for k, v in self._held.items() if v[1]}
+            for renew, ids in work:
+                try:
+                    renew(ids)
+                except redis.RedisError as exc:
+                    log.warning("cannot renew %d leases (%s)", len(ids), exc)
+
+
+renewer = Renewer()

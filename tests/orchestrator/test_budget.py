@@ -1,0 +1,295 @@
+"""A run's budget across every worker, and one cap on an endpoint for all of them.
+
+Real parts: a private Redis (the ledger and the caps are Lua scripts in it), the scripted
+provider (its /stats is the witness of what was served and how many were in flight at
+once), `ticketgraph worker` processes (3 processes x 8 threads), `run` and `resume` as
+subprocesses, and holders SIGKILLed while their call is in flight.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import redis
+import yaml
+
+from bench.workload import build
+from orchestrator.broker import ratecap
+from orchestrator.broker.redis_server import RedisServer
+from orchestrator.run import budget
+from orchestrator.run.store import RunStore
+from tests.orchestrator.conftest import REPO, Cli, clean_env, state, worker_processes
+from workers.meter import OverBudget, WorstCase
+from workers.provider import running_provider
+from workers.provider.app import TokenRate
+from workers.settings import HarnessSettings
+from workers.state import new_run
+from workers.usage import Usage
+
+LEASE_S = 3.0  # the workers' TICKETGRAPH_LEASE_S here: a dead holder's share is back by then
+
+
+@pytest.fixture(scope="module")
+def broker() -> Iterator[str]:
+    with RedisServer(tcp=True) as server:
+        yield server.url
+
+
+def _stats(url: str) -> dict[str, Any]:
+    return httpx.get(url.replace("/v1", "/stats")).json()  # type: ignore[no-any-return]
+
+
+def _run_dir(workspace: Path) -> Path:
+    return workspace / "runs" / str(state(workspace)["run_id"])
+
+
+def _document(cli: Cli, workspace: Path) -> dict[str, Any]:
+    done = cli("status", "--json", cwd=workspace)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)  # type: ignore[no-any-return]
+
+
+def _tokens(doc: dict[str, Any]) -> int:
+    return sum(n["tokens"] for n in doc["record"]["nodes"].values())
+
+
+# --- the ledger itself ------------------------------------------------------------------------
+
+
+def test_the_ledger_holds_settles_refuses_and_stays_spent(broker: str, tmp_path: Path) -> None:
+    r = redis.Redis.from_url(broker)
+    ledger = budget.Ledger(r, "run-20261201-000000-aaaa")
+    ledger.open(budget.Limits(0.010, ticket_usd=0.004), settled_usd=0.0)
+    n = budget.to_nano
+    assert ledger.hold("a", n(0.003), "T-1")[0] == "ok"
+    assert ledger.hold("b", n(0.003), "T-1")[0] == "ticket"  # T-1 would pass 0.004
+    assert ledger.hold("c", n(0.003), "T-2")[0] == "ok"
+    ledger.settle("a", n(0.001), "T-1", estimated=False)  # paid less than held: rest back
+    totals = ledger.totals()
+    assert totals is not None
+    assert (totals.settled_usd, totals.reserved_usd, totals.remaining_usd) == (
+        0.001,
+        0.003,
+        0.006,
+    )
+    assert ledger.hold("d", n(0.007), "T-3")[0] == "spent"  # 0.001 + 0.003 + 0.007 > 0.010
+    assert ledger.hold("e", 1, "T-4")[0] == "spent"  # once spent, nothing more starts
+    ledger.settle("c", -1, "T-2", estimated=False)  # no reply: released, nothing paid
+    ledger.open(budget.Limits(0.020), settled_usd=99.0)  # a higher limit lifts `spent`
+    totals = ledger.totals()
+    assert totals is not None
+    assert (totals.settled_usd, totals.reserved_usd, totals.refused, totals.spent) == (
+        0.001,  # the ledger existed: the folder's figure does not replace it
+        0.0,
+        3,
+        False,
+    )
+    assert ledger.hold("f", n(0.007), "T-3")[0] == "ok"
+
+
+def test_a_meter_fails_closed_without_redis_and_reseeds_a_lost_ledger(
+    broker: str, demo: Path
+) -> None:
+    store = RunStore(demo / "runs" / "run-20261201-000000-bbbb")
+    store.dir.mkdir(parents=True)
+    (store.dir / "agents").mkdir()
+    paid = new_run("system", "task", "demo")
+    paid.cost_usd = 0.25  # what an earlier attempt paid, saved in its agent's state
+    paid.save(store.dir / "agents" / "T-1.draft.json")
+    limits = budget.Limits(0.30)
+    worst = WorstCase(prompt_tokens=1000, reply_tokens=1000, usd=0.04)
+    dead = redis.Redis(port=1, socket_connect_timeout=0.5)
+    with pytest.raises(OverBudget, match="cannot be reached"):
+        budget.RunMeter(dead, store, limits, "T-1").hold(worst)
+    r = redis.Redis.from_url(broker)
+    meter = budget.RunMeter(r, store, limits, "T-1")  # no ledger in Redis: seeded from agents/
+    meter.hold(worst).settle(0.01, Usage(prompt_tokens=1, completion_tokens=1))
+    totals = budget.Ledger(r, store.run_id).totals()
+    assert totals is not None and totals.settled_usd == pytest.approx(0.26)
+    with pytest.raises(OverBudget, match=r"run budget: \$0\.0400 left of \$0\.3000"):
+        meter.hold(WorstCase(1000, 1000, 0.05))
+
+
+HOLDER = """
+import sys, time, redis
+from orchestrator.broker import ratecap
+from orchestrator.run import budget
+from workers.meter import WorstCase
+from orchestrator.run.store import RunStore
+from pathlib import Path
+r = redis.Redis.from_url(sys.argv[1])
+store = RunStore(Path(sys.argv[2]))
+budget.RunMeter(r, store, budget.Limits(1.0), "T-1").hold(WorstCase(1, 1, 0.5))
+gate = ratecap.RedisGate(r, "http://model.invalid/v1", ratecap.Caps(1, None))
+gate.enter("m", 0, None)
+print("holding", flush=True)
+time.sleep(600)
+"""
+
+
+def test_what_a_sigkilled_holder_held_comes_back_within_its_lease(broker: str, demo: Path) -> None:
+    store = RunStore(demo / "runs" / "run-20261201-000000-cccc")
+    store.dir.mkdir(parents=True)
+    r = redis.Redis.from_url(broker)
+    budget.open_ledger(r, store, budget.Limits(1.0))
+    env = {**clean_env(), "TICKETGRAPH_LEASE_S": str(LEASE_S), "PYTHONPATH": str(REPO)}
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, broker, str(store.dir)], env=env, stdout=subprocess.PIPE
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == b"holding\n"
+        time.sleep(LEASE_S * 1.5)  # alive: its renewals keep both
+        gate = ratecap.RedisGate(r, "http://model.invalid/v1", ratecap.Caps(1, None))
+        slots = ratecap.endpoint_keys("http://model.invalid/v1", "m")[0]
+        assert r.zcard(slots) == 1
+        totals = budget.Ledger(r, store.run_id).totals()
+        assert totals is not None and totals.reserved_usd == 0.5
+        holder.send_signal(signal.SIGKILL)
+        killed = time.monotonic()
+        holder.wait(10)
+        gate.enter("m", 0, None).done(None)  # waits for the dead holder's slot
+        slot_back = time.monotonic() - killed
+        totals = budget.Ledger(r, store.run_id).totals()
+        assert totals is not None
+        assert (totals.reserved_usd, totals.remaining_usd, totals.expired) == (0.0, 1.0, 1)
+        assert slot_back <= LEASE_S + 1.0, slot_back
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait(10)
+
+
+# --- the fleet ---------------------------------------------------------------------------------
+
+
+def _fleet_env(broker: str, llm: str, **more: str) -> dict[str, str]:
+    return {"TICKETGRAPH_BROKER_URL": broker, "LLM_BASE_URL": llm, **more}
+
+
+def test_two_overlapping_runs_never_pass_their_budget_and_resume_pays_only_the_rest(
+    broker: str, tmp_path: Path, cli: Cli
+) -> None:
+    first = build(tmp_path / "a", 48, latency_ms=20, pool_size=16)
+    build(tmp_path / "b", 48, latency_ms=20, pool_size=16)  # the same tickets and scripts
+    limit = 0.12  # about 40% of what one run costs in full
+    with running_provider(first.root / "scenarios" / "demo.yaml") as llm:
+        env = _fleet_env(broker, llm)
+        with worker_processes(env, tmp_path, ["w1"], processes=3, threads=8):
+            with ThreadPoolExecutor(2) as pool:
+                runs = [
+                    pool.submit(cli, "run", "--budget", str(limit), cwd=tmp_path / ws, env=env)
+                    for ws in ("a", "b")
+                ]
+                done = [run.result(timeout=300) for run in runs]
+            served = _stats(llm)
+            docs = [_document(cli, tmp_path / ws) for ws in ("a", "b")]
+            for run, doc in zip(done, docs, strict=True):
+                assert run.returncode == 1, run.stdout + run.stderr
+                spent = doc["budget"]
+                assert spent["limit_usd"] == limit
+                assert spent["settled_usd"] <= limit  # overshoot 0
+                assert spent["reserved_usd"] == 0.0 and spent["refused"] >= 1
+                assert spent["settled_usd"] == pytest.approx(doc["cost_usd"], abs=1e-8)
+                stops = [t["stop"] for t in doc["record"]["tickets"].values()]
+                assert "budget" in stops and None not in stops  # every ticket has an end
+            # What the provider served is what the two reports count, to the token.
+            assert (
+                sum(_tokens(d) for d in docs)
+                == served["prompt_tokens"] + served["completion_tokens"]
+            )
+            for ws in ("a", "b"):
+                run_id = state(tmp_path / ws)["run_id"]
+                again = cli("resume", run_id, "--budget", "10", cwd=tmp_path / ws, env=env)
+                assert again.returncode == 1, again.stdout + again.stderr
+            served = _stats(llm)
+    docs = [_document(cli, tmp_path / ws) for ws in ("a", "b")]
+    for doc in docs:
+        assert doc["budget"]["limit_usd"] == 10
+        assert not [t for t in doc["record"]["tickets"].values() if t["stop"] == "budget"]
+        assert _tokens(doc) == first.tokens  # the whole run, nothing paid twice
+    assert served["prompt_tokens"] + served["completion_tokens"] == 2 * first.tokens
+
+
+def test_the_endpoint_cap_holds_requests_in_flight_across_the_fleet(
+    broker: str, tmp_path: Path, cli: Cli
+) -> None:
+    work = build(tmp_path / "a", 48, latency_ms=100, pool_size=16)
+    with running_provider(work.root / "scenarios" / "demo.yaml") as llm:
+        env = _fleet_env(broker, llm, LLM_MAX_INFLIGHT="4")
+        with worker_processes(env, tmp_path, ["w1"], processes=3, threads=8):
+            done = cli("run", cwd=tmp_path / "a", env=env)
+            served = _stats(llm)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert served["max_in_flight"] <= 4
+    doc = _document(cli, tmp_path / "a")
+    assert doc["budget"]["calls_waited"] > 0  # it did hold requests back
+    assert _tokens(doc) == work.tokens
+
+
+def counted_usage(scenarios: Path) -> Path:
+    """The scenario with its fixed usage taken out: the provider counts every request with
+    o200k_base, as a real API counts its own tokens (the demo's fixed numbers are larger than
+    its prompts, which no worst case counted from the prompt can bound)."""
+    scripts = yaml.safe_load(scenarios.read_text(encoding="utf-8"))
+    for script in scripts:
+        for reply in script.get("replies", []):
+            reply.pop("usage", None)
+    scenarios.write_text(yaml.safe_dump(scripts, allow_unicode=True), encoding="utf-8")
+    return scenarios
+
+
+def test_a_token_rate_cap_keeps_a_rate_limited_endpoint_from_saying_429(
+    broker: str, tmp_path: Path, cli: Cli
+) -> None:
+    work = build(tmp_path / "a", 32, latency_ms=20, pool_size=16)
+    scenarios = counted_usage(work.root / "scenarios" / "demo.yaml")
+    window, limit = 5.0, 8_000  # the endpoint's limit: 8,000 tokens per 5 s (a run needs 15 s)
+    rate = TokenRate(limit, window)
+    with running_provider(scenarios, rate=rate) as llm:
+        env = _fleet_env(
+            broker, llm, LLM_MAX_TPM=str(limit), LLM_TPM_WINDOW_S=str(window), LLM_MAX_RETRIES="8"
+        )
+        with worker_processes(env, tmp_path, ["w1"], processes=3, threads=8):
+            done = cli("run", cwd=tmp_path / "a", env=env, timeout=300)
+            served = _stats(llm)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert served["requests"] >= 50
+    assert served["rate_limited"] / served["requests"] < 0.01, served
+    doc = _document(cli, tmp_path / "a")
+    assert _tokens(doc) == served["prompt_tokens"] + served["completion_tokens"]
+    assert doc["budget"]["calls_waited"] > 0  # the cap held requests back
+
+
+def test_caps_are_read_from_the_environment() -> None:
+    llm = HarnessSettings(base_url="http://x/v1", max_inflight=4, max_tpm=1000)
+    assert ratecap.caps_of(llm) == ratecap.Caps(4, 1000, 60.0)
+    assert ratecap.gate_for(None, llm) is None  # the harness alone: no shared caps
+    assert ratecap.gate_for(redis.Redis(), HarnessSettings(base_url="http://x/v1")) is None
+
+
+def test_a_ticket_budget_from_the_toml_stops_only_the_tickets_that_would_pass_it(
+    demo: Path, cli: Cli
+) -> None:
+    config = demo / "ticketgraph.toml"
+    config.write_text(config.read_text() + "\n[run]\nticket_budget_usd = 0.02\n")
+    done = cli("run", cwd=demo)  # embedded: its own Redis holds the ledger
+    assert done.returncode == 1, done.stdout + done.stderr
+    record = state(demo)
+    for ticket in record["tickets"].values():
+        assert ticket["draft"]["cost_usd"] + ticket["review"]["cost_usd"] <= 0.02
+    # Two drafting calls fit (each held at ~$0.013, settled at ~$0.003); T-1005's rewrite,
+    # after its $0.007 draft, would not: it is not sent.
+    assert [record["tickets"][t]["status"] for t in ("T-1001", "T-1002")] == ["pass", "pass"]
+    t1005 = record["tickets"]["T-1005"]
+    assert t1005["stop"] == "budget" and t1005["error"].startswith("ticket budget: $")
+    assert t1005["review"]["calls"] == 0
