@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
@@ -471,14 +472,20 @@ def show_status(run_id: str | None, workspace: Path, as_json: bool) -> int:
 
     Show one run of this workspace, running or finished, from its folder: status and exit
     code, tickets by status, each node's time, calls, tokens and cost, and the tickets that
-    need a human with the reason. --json prints one document instead (schema:
-    docs/run-document.schema.json): schema_version, run_id, status, verdict, exit_code,
-    tickets, by_status, cost_usd, duration_s, report and record (the run-state.json record
-    of every node and ticket).
+    need a human with the reason, and what it may spend and has spent (read live from the
+    ledger in TICKETGRAPH_BROKER_URL's Redis while a run with a budget runs). --json prints
+    one document instead (schema: docs/run-document.schema.json): schema_version, run_id,
+    status, verdict, exit_code, tickets, by_status, cost_usd, duration_s, report, budget and
+    record (the run-state.json record of every node and ticket).
     """
     from orchestrator.cli import status
+    from orchestrator.run import budget
+    from orchestrator.run.records import RunPhase
 
     record = status.find(workspace, run_id).read()
+    if record.status is RunPhase.RUNNING and budget.limits(record.config).any:
+        broker_url = os.environ.get("TICKETGRAPH_BROKER_URL")  # a live ledger is there
+        record.budget = budget.read_live(broker_url, record.run_id) or record.budget
     if as_json:
         print(json.dumps(status.document(record), indent=2))
     else:

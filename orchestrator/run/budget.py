@@ -259,6 +259,23 @@ def snapshot(r: redis.Redis, store: RunStore) -> BudgetTotals | None:
     return totals
 
 
+def read_live(broker_url: str | None, run_id: str) -> BudgetTotals | None:
+    """The ledger as it is now in the broker's Redis, for `status` of a running run; None
+    without a broker URL, a ledger, or an answer within a second."""
+    if not broker_url:
+        return None
+    try:
+        r = redis.Redis.from_url(
+            keys.redis_py_url(broker_url), socket_connect_timeout=1, socket_timeout=1
+        )
+        try:
+            return Ledger(r, run_id).totals()
+        finally:
+            r.close()
+    except (redis.RedisError, ValueError):
+        return None
+
+
 def open_ledger(r: redis.Redis, store: RunStore, limits: Limits) -> None:
     """Open the run's ledger at submission (or resume): its limits, and what was paid."""
     if limits.any:

@@ -28,7 +28,15 @@ from orchestrator.broker import ratecap
 from orchestrator.broker.redis_server import RedisServer
 from orchestrator.run import budget
 from orchestrator.run.store import RunStore
-from tests.orchestrator.conftest import REPO, Cli, clean_env, state, worker_processes
+from tests.orchestrator.conftest import (
+    REPO,
+    Cli,
+    clean_env,
+    demo_scripts,
+    state,
+    worker_processes,
+    write_scenarios,
+)
 from workers.meter import OverBudget, WorstCase
 from workers.provider import running_provider
 from workers.provider.app import TokenRate
@@ -293,3 +301,28 @@ def test_a_ticket_budget_from_the_toml_stops_only_the_tickets_that_would_pass_it
     t1005 = record["tickets"]["T-1005"]
     assert t1005["stop"] == "budget" and t1005["error"].startswith("ticket budget: $")
     assert t1005["review"]["calls"] == 0
+
+
+def test_status_of_a_running_run_reads_the_ledger_live(
+    broker: str, demo: Path, tmp_path: Path, cli: Cli
+) -> None:
+    slow = [
+        {**script, "latency_ms": 4000} if script["name"].startswith("T-1002") else script
+        for script in demo_scripts()
+    ]
+    with running_provider(write_scenarios(tmp_path / "slow.yaml", slow)) as llm:
+        env = _fleet_env(broker, llm)
+        workers = worker_processes(env, tmp_path, ["w1"], processes=1, threads=4)
+        with workers, ThreadPoolExecutor(1) as pool:
+            run = pool.submit(cli, "run", "--budget", "1", cwd=demo, env=env)
+            seen: dict[str, Any] = {}
+            deadline = time.monotonic() + 60
+            while not seen.get("reserved_usd") and time.monotonic() < deadline:
+                if list(demo.glob("runs/*/run.json")):
+                    shown = cli("status", "--json", cwd=demo, env=env)
+                    seen = json.loads(shown.stdout)["budget"]
+                time.sleep(0.2)
+            assert run.result(timeout=120).returncode == 1
+    # While T-1002's slow call was in flight, status showed the money held for it.
+    assert seen["limit_usd"] == 1 and seen["reserved_usd"] > 0, seen
+    assert seen["settled_usd"] + seen["reserved_usd"] + seen["remaining_usd"] == pytest.approx(1)
