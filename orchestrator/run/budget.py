@@ -95,6 +95,11 @@ redis.call('HINCRBY', budget, 'held', amount)
 if ticket ~= '' then redis.call('HINCRBY', budget, 't:' .. ticket .. ':held', amount) end
 redis.call('HSET', holds, ARGV[1], ARGV[2] .. ' ' .. ticket)
 redis.call('ZADD', leases, now + tonumber(ARGV[4]), ARGV[1])
+local ttl = redis.call('TTL', budget)
+if ttl > 0 then
+  redis.call('EXPIRE', holds, ttl)
+  redis.call('EXPIRE', leases, ttl)
+end
 return {'ok', remaining - amount}
 """
 )

@@ -26,6 +26,7 @@ import yaml
 from bench.workload import build
 from orchestrator.broker import ratecap
 from orchestrator.broker.redis_server import RedisServer
+from orchestrator.plan import keys
 from orchestrator.run import budget
 from orchestrator.run.store import RunStore
 from tests.orchestrator.conftest import (
@@ -82,6 +83,7 @@ def test_the_ledger_holds_settles_refuses_and_stays_spent(broker: str, tmp_path:
     assert ledger.hold("a", n(0.003), "T-1")[0] == "ok"
     assert ledger.hold("b", n(0.003), "T-1")[0] == "ticket"  # T-1 would pass 0.004
     assert ledger.hold("c", n(0.003), "T-2")[0] == "ok"
+    assert all(0 < r.ttl(key) <= keys.RUN_TTL_S for key in ledger.keys)  # nothing outlives a run
     ledger.settle("a", n(0.001), "T-1", estimated=False)  # paid less than held: rest back
     totals = ledger.totals()
     assert totals is not None
