@@ -8,7 +8,6 @@ scripts.
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 import time
@@ -31,9 +30,9 @@ from workers import abortable
 from workers.cancel import CancelToken
 from workers.errors import Cancelled, ProviderError
 from workers.gate import Gate, Slot
+from workers.meter import worst_tokens
 from workers.settings import HarnessSettings
 from workers.state import Message
-from workers.tokens import count
 from workers.wire import anthropic as anthropic_wire
 from workers.wire import openai as openai_wire
 from workers.wire.reply import ModelReply, RequestParams
@@ -109,8 +108,12 @@ class ModelClient:
             sleep=cancel.sleep if cancel is not None else time.sleep,
             reraise=True,
         )
+        tokens = 0  # what the request may use, if the gate caps tokens: counted once
+        if self.gate is not None and self.gate.counts_tokens:
+            max_tokens = params.max_tokens if params is not None else None
+            tokens = sum(worst_tokens(messages, tools, max_tokens))
         waited: list[bool] = []
-        reply: ModelReply = retrying(self._gated, body, messages, tools, cancel, waited)
+        reply: ModelReply = retrying(self._gated, body, messages, tools, cancel, tokens, waited)
         reply.usage.waited = any(waited)
         return reply
 
@@ -120,12 +123,12 @@ class ModelClient:
         messages: list[Message],
         tools: list[dict[str, Any]],
         cancel: CancelToken | None,
+        tokens: int,
         waited: list[bool],
     ) -> ModelReply:
         """One attempt, in its place under the gate's caps (if any)."""
         if self.gate is None:
             return self._once(body, messages, tools, cancel)
-        tokens = _worst_tokens(body) if self.gate.counts_tokens else 0
         slot: Slot = self.gate.enter(body["model"], tokens, cancel)
         waited.append(slot.waited)
         used: int | None = None
@@ -221,13 +224,6 @@ def _requests() -> ThreadPoolExecutor:
                 MAX_REQUEST_THREADS, thread_name_prefix="tg-request"
             )
         return pool
-
-
-def _worst_tokens(body: dict[str, Any]) -> int:
-    """A request's most tokens: its messages and tools as JSON (counted with o200k_base,
-    more than any server's framing) and the longest reply it allows."""
-    reply = body.get("max_tokens") or body.get("max_completion_tokens") or 4096
-    return count(json.dumps(body.get("messages", [])) + json.dumps(body.get("tools", []))) + reply
 
 
 def _wait(state: RetryCallState) -> float:

@@ -8,13 +8,12 @@ and told what the reply really cost after it. A meter that cannot cover the call
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from workers.pricing import PER_MILLION, Price
 from workers.state import Message
-from workers.tokens import count
+from workers.tokens import of_request
 from workers.usage import Usage
 
 # The reply's length when a request sets no max_tokens: a worst case must be finite.
@@ -36,13 +35,18 @@ class WorstCase:
     usd: float
 
 
+def worst_tokens(
+    messages: list[Message], tools: list[dict[str, Any]], max_tokens: int | None
+) -> tuple[int, int]:
+    """The most tokens one request of `messages` and `tools` can use: (prompt, reply)."""
+    return of_request([m.wire() for m in messages], tools), max_tokens or UNBOUNDED_REPLY_TOKENS
+
+
 def worst_case(
     messages: list[Message], tools: list[dict[str, Any]], max_tokens: int | None, price: Price
 ) -> WorstCase:
     """The most one request of `messages` and `tools` can cost at `price`."""
-    prompt = json.dumps([m.wire() for m in messages]) + (json.dumps(tools) if tools else "")
-    prompt_tokens = count(prompt)
-    reply_tokens = max_tokens or UNBOUNDED_REPLY_TOKENS
+    prompt_tokens, reply_tokens = worst_tokens(messages, tools, max_tokens)
     usd = (
         prompt_tokens * price.input_per_million + reply_tokens * price.output_per_million
     ) / PER_MILLION

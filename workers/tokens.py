@@ -11,9 +11,11 @@ import base64
 import functools
 import gzip
 import hashlib
+import json
 import threading
 import types
 from importlib import resources
+from typing import Any
 
 import tiktoken
 import tiktoken_ext.openai_public as openai_public
@@ -69,3 +71,9 @@ def _encoding() -> tiktoken.Encoding:
 def count(text: str) -> int:
     """Number of o200k_base tokens in `text` (special-token text counts as plain text)."""
     return len(encoding().encode(text, disallowed_special=()))
+
+
+def of_request(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> int:
+    """Our count of a request's prompt: its wire messages and tools as JSON, which counts
+    more than any server's framing of them does."""
+    return count(json.dumps(messages) + (json.dumps(tools) if tools else ""))

@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from workers.errors import ProviderError
 from workers.state import Message
-from workers.tokens import count
+from workers.tokens import count, of_request
 from workers.usage import Usage
 from workers.wire.reply import ModelReply, RequestParams
 
@@ -93,6 +93,6 @@ def _usage(
 
 def estimate(message: Message, messages: list[Message], tools: list[dict[str, Any]]) -> Usage:
     """Our o200k_base count of a request and its reply, marked estimated."""
-    prompt = json.dumps([m.wire() for m in messages]) + (json.dumps(tools) if tools else "")
+    prompt = of_request([m.wire() for m in messages], tools)
     reply = json.dumps(message.wire())
-    return Usage(prompt_tokens=count(prompt), completion_tokens=count(reply), estimated=True)
+    return Usage(prompt_tokens=prompt, completion_tokens=count(reply), estimated=True)
