@@ -60,3 +60,23 @@ class Renewer:
 
 
 renewer = Renewer()
+
+# Lua: `now`, Redis's own clock in ms (every machine's leases are measured on one clock).
+NOW_MS = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+"""
+
+# Lua: KEYS[1] a sorted set of lease id -> lease end (ms); ARGV: lease ms, the ids to renew.
+RENEW = (
+    NOW_MS
+    + """
+for i = 2, #ARGV do redis.call('ZADD', KEYS[1], 'XX', now + tonumber(ARGV[1]), ARGV[i]) end
+return 1
+"""
+)
+
+
+def lease_ms() -> int:
+    """LEASE_S in ms, as the scripts take it."""
+    return int(LEASE_S * 1000)

@@ -8,17 +8,13 @@ is back within LEASE_S. A 429 with Retry-After sets a cool-down on the endpoint 
 worker waits out, instead of each retrying into it. Set the same caps on every worker: each
 request is admitted against the caps of the worker that sends it.
 
-    tg:cap:<endpoint>:inflight   sorted set: slot id -> lease end (ms, Redis's clock)
-    tg:cap:<endpoint>:tpm        sorted set: request id -> when it was admitted (ms)
-    tg:cap:<endpoint>:tokens     hash: request id -> tokens counted; `_sum`: their total
-    tg:cap:<endpoint>:cool       set while the endpoint asked us to wait (expires by itself)
+Its keys are `tg:cap:<endpoint>:*` (plan/keys.py).
 
 Without a cap set no gate is made and a request goes at once, as before.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import random
 import secrets
@@ -28,22 +24,22 @@ from dataclasses import dataclass
 import redis
 
 from orchestrator.broker import leases
+from orchestrator.plan import keys as redis_keys
 from workers.cancel import CancelToken
 from workers.errors import ProviderError
 from workers.settings import HarnessSettings
 
 log = logging.getLogger(__name__)
 
-PREFIX = "tg:cap"
 BUSY_WAIT_S = (0.01, 0.05)  # a full cap is asked again after a random wait in this range
 MAX_WAIT_STEP_S = 1.0
 
 # ARGV: slot id, max in flight (0: none), max tokens per window (0: none), tokens, lease ms,
 # window ms. -> {verdict, ms to wait}
-_ENTER = """
+_ENTER = (
+    leases.NOW_MS
+    + """
 local inflight, tpm, tokens, cool = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local wait = redis.call('PTTL', cool)
 if wait > 0 then return {'cool', wait} end
 local max_inflight, max_tpm, need = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -78,12 +74,13 @@ if max_inflight > 0 then
 end
 return {'ok', 0}
 """
+)
 
 # ARGV: slot id, tokens really used (-1: unknown). Frees the slot; the request's tokens now
 # count from its end (when the server counted them), corrected to what it used.
-_DONE = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+_DONE = (
+    leases.NOW_MS
+    + """
 redis.call('ZREM', KEYS[1], ARGV[1])
 local n = redis.call('HGET', KEYS[3], ARGV[1])
 if n then
@@ -96,14 +93,7 @@ if n then
 end
 return 1
 """
-
-# ARGV: lease ms, slot ids...
-_RENEW = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-for i = 2, #ARGV do redis.call('ZADD', KEYS[1], 'XX', now + tonumber(ARGV[1]), ARGV[i]) end
-return 1
-"""
+)
 
 # ARGV: ms. The cool-down only ever grows.
 _COOL = """
@@ -128,12 +118,6 @@ class Caps:
         return bool(self.max_inflight or self.max_tpm)
 
 
-def endpoint_keys(base_url: str, model: str) -> list[str]:
-    """The keys of one endpoint's caps: inflight, tpm, tokens, cool."""
-    name = hashlib.sha1(f"{base_url.rstrip('/')}|{model}".encode()).hexdigest()[:16]
-    return [f"{PREFIX}:{name}:{part}" for part in ("inflight", "tpm", "tokens", "cool")]
-
-
 class RedisGate:
     """`workers.gate.Gate` over Redis, for one base URL (keys per model)."""
 
@@ -142,11 +126,11 @@ class RedisGate:
         self.counts_tokens = bool(caps.max_tpm)
         self._enter = r.register_script(_ENTER)
         self._done = r.register_script(_DONE)
-        self._renew = r.register_script(_RENEW)
+        self._renew = r.register_script(leases.RENEW)
         self._cool = r.register_script(_COOL)
 
     def enter(self, model: str, tokens: int, cancel: CancelToken | None) -> _Slot:
-        keys = endpoint_keys(self.base_url, model)
+        keys = redis_keys.cap(self.base_url, model)
         slot_id = secrets.token_hex(8)
         if self.caps.max_tpm and tokens > self.caps.max_tpm:
             raise ProviderError(
@@ -159,7 +143,7 @@ class RedisGate:
             self.caps.max_inflight or 0,
             self.caps.max_tpm or 0,
             tokens,
-            int(leases.LEASE_S * 1000),
+            leases.lease_ms(),
             int(self.caps.window_s * 1000),
         ]
         while True:
@@ -186,11 +170,11 @@ class RedisGate:
         return _Slot(self, keys, slot_id, waited)
 
     def _renew_slots(self, keys: list[str], ids: list[str]) -> None:
-        self._renew(keys=keys, args=[int(leases.LEASE_S * 1000), *ids])
+        self._renew(keys=keys[:1], args=[leases.lease_ms(), *ids])
 
     def cool_down(self, model: str, seconds: float) -> None:
         try:
-            self._cool(keys=endpoint_keys(self.base_url, model), args=[int(seconds * 1000)])
+            self._cool(keys=redis_keys.cap(self.base_url, model), args=[int(seconds * 1000)])
         except redis.RedisError as exc:
             log.warning("cannot set the endpoint's cool-down (%s)", exc)
 

@@ -17,6 +17,9 @@ run's (RUN_TTL_S, 7 days) for all but the owner keys, which live as long as a ta
     tg:run:<run_id>:<attempt>:<step>:sent      hash: ticket -> time its task was sent
     tg:run:<run_id>:<attempt>:<step>:owner:<t> the delivery that holds ticket t
     tg:run:<run_id>:budget[:holds|:leases]     the run's budget ledger (run/budget.py)
+    tg:cap:<endpoint>:inflight                 sorted set: slot id -> lease end (ms, Redis clock)
+    tg:cap:<endpoint>:tpm, :tokens             a request's admission time; its tokens, `_sum`
+    tg:cap:<endpoint>:cool                     set while the endpoint asked us to wait
     tg:control                                 channel: cancels for every worker process
     tg:control:<nonce>:acks                    list: each process's answer to one cancel
 
@@ -26,6 +29,7 @@ submission, so a resumed run never mixes with the keys of the one it replaces.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import threading
 from urllib.parse import parse_qs, urlsplit
@@ -47,6 +51,12 @@ CONTROL = "tg:control"
 def budget(run_id: str, part: str = "") -> str:
     """The run's budget ledger (run/budget.py): the hash, or its `holds` and `leases`."""
     return f"{PREFIX}:{run_id}:budget" + (f":{part}" if part else "")
+
+
+def cap(base_url: str, model: str) -> list[str]:
+    """The caps of one model endpoint (broker/ratecap.py): inflight, tpm, tokens, cool."""
+    name = hashlib.sha1(f"{base_url.rstrip('/')}|{model}".encode()).hexdigest()[:16]
+    return [f"tg:cap:{name}:{part}" for part in ("inflight", "tpm", "tokens", "cool")]
 
 
 def control_acks(nonce: str) -> str:

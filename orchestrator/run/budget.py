@@ -44,10 +44,10 @@ log = logging.getLogger(__name__)
 NANO = 1_000_000_000
 
 # Drops holds whose lease ended (their holder died); shared by every script below.
-_EXPIRE = """
+_EXPIRE = (
+    leases.NOW_MS
+    + """
 local budget, holds, leases = KEYS[1], KEYS[2], KEYS[3]
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local dead = redis.call('ZRANGEBYSCORE', leases, '-inf', now)
 for _, id in ipairs(dead) do
   local v = redis.call('HGET', holds, id)
@@ -63,6 +63,7 @@ for _, id in ipairs(dead) do
   redis.call('ZREM', leases, id)
 end
 """
+)
 
 # ARGV: hold id, nano-USD, ticket ('' for none), lease ms. -> {verdict, remaining}
 _HOLD = (
@@ -126,14 +127,6 @@ return 1
 """
 )
 
-# ARGV: lease ms, hold ids...
-_RENEW = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-for i = 2, #ARGV do redis.call('ZADD', KEYS[3], 'XX', now + tonumber(ARGV[1]), ARGV[i]) end
-return 1
-"""
-
 # ARGV: limit, ticket limit, settled (the folder's), ttl s. Raises the limit and lifts `spent`
 # of a ledger that exists; seeds one that does not from the folder's total.
 _OPEN = (
@@ -184,7 +177,7 @@ class Ledger:
         self.keys = [keys.budget(run_id, part) for part in ("", "holds", "leases")]
         self._hold = r.register_script(_HOLD)
         self._settle = r.register_script(_SETTLE)
-        self._renew = r.register_script(_RENEW)
+        self._renew = r.register_script(leases.RENEW)
         self._open = r.register_script(_OPEN)
         self._read = r.register_script(_READ)
 
@@ -198,7 +191,7 @@ class Ledger:
     def hold(self, hold_id: str, nano: int, ticket: str) -> tuple[str, int]:
         """('ok' | 'spent' | 'ticket' | 'missing', nano-USD remaining)."""
         verdict, remaining = self._hold(
-            keys=self.keys, args=[hold_id, nano, ticket, int(leases.LEASE_S * 1000)]
+            keys=self.keys, args=[hold_id, nano, ticket, leases.lease_ms()]
         )
         return verdict.decode() if isinstance(verdict, bytes) else verdict, int(remaining)
 
@@ -209,7 +202,7 @@ class Ledger:
     def renew(self, hold_ids: list[str]) -> None:
         """Push the leases of holds still in flight forward."""
         if hold_ids:
-            self._renew(keys=self.keys, args=[int(leases.LEASE_S * 1000), *hold_ids])
+            self._renew(keys=[self.keys[2]], args=[leases.lease_ms(), *hold_ids])
 
     def totals(self) -> BudgetTotals | None:
         """The ledger now (holds whose lease ended not counted), or None if it is gone."""

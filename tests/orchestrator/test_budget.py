@@ -160,7 +160,7 @@ def test_what_a_sigkilled_holder_held_comes_back_within_its_lease(broker: str, d
         assert holder.stdout is not None and holder.stdout.readline() == b"holding\n"
         time.sleep(LEASE_S * 1.5)  # alive: its renewals keep both
         gate = ratecap.RedisGate(r, "http://model.invalid/v1", ratecap.Caps(1, None))
-        slots = ratecap.endpoint_keys("http://model.invalid/v1", "m")[0]
+        slots = keys.cap("http://model.invalid/v1", "m")[0]
         assert r.zcard(slots) == 1
         totals = budget.Ledger(r, store.run_id).totals()
         assert totals is not None and totals.reserved_usd == 0.5
