@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Hashable
 
 import redis
@@ -47,8 +48,8 @@ class Renewer:
                 entry[1].discard(lease_id)
 
     def _loop(self) -> None:
-        stop = threading.Event()
-        while not stop.wait(RENEW_S):
+        while True:
+            time.sleep(RENEW_S)
             with self._lock:
                 work = [(renew, list(ids)) for renew, ids in self._held.values() if ids]
                 self._held = {k: v for k, v in self._held.items() if v[1]}

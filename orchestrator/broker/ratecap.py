@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import random
 import secrets
-import threading
+import time
 from dataclasses import dataclass
 
 import redis
@@ -164,7 +164,7 @@ class RedisGate:
             if cancel is not None:
                 cancel.sleep(pause)
             else:
-                threading.Event().wait(pause)
+                time.sleep(pause)
         if self.caps.max_inflight:
             leases.renewer.add(keys[0], lambda ids: self._renew_slots(keys, ids), slot_id)
         return _Slot(self, keys, slot_id, waited)

@@ -104,11 +104,6 @@ def verdict(record: RunRecord) -> Verdict:
     }.get(record.exit_code, "crashed")  # type: ignore[return-value, arg-type]
 
 
-def cost(record: RunRecord) -> float:
-    """USD the run has paid so far, all nodes."""
-    return round(sum(n.cost_usd for n in record.nodes.values()), 8)
-
-
 def duration_s(record: RunRecord) -> float | None:
     """Seconds from the run's start to its last update (None if a time cannot be read)."""
     try:
@@ -134,7 +129,7 @@ def document(record: RunRecord, exit_code: int | None = None) -> dict[str, Any]:
         exit_code=record.exit_code if exit_code is None else exit_code,
         tickets=len(record.tickets),
         by_status=dict(Counter(t.status.value for t in record.tickets.values())),
-        cost_usd=cost(record),
+        cost_usd=report.cost(record),
         duration_s=duration_s(record),
         report=str(report_file) if record.status is RunPhase.DONE else None,
         awaiting_approval=waiting(record),
@@ -218,7 +213,7 @@ def recent(workspace: Path, limit: int) -> list[RunRow]:
                 cancelled=record.cancel is not None,
                 budget_usd=record.config.run_budget_usd,
                 budget=report.budget(record),
-                cost_usd=cost(record),
+                cost_usd=report.cost(record),
                 duration_s=duration_s(record),
             )
         )

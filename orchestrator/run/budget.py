@@ -183,7 +183,7 @@ class Ledger:
 
     def open(self, limits: Limits, settled_usd: float) -> None:
         """Set the limits (lifting `spent`); a ledger that is gone starts at `settled_usd`,
-        what the run folder says was paid."""
+        what the run folder says was paid (an existing one keeps its own)."""
         run_usd = MAX_USD if limits.run_usd is None else limits.run_usd
         args = [to_nano(run_usd), to_nano(limits.ticket_usd or 0), to_nano(settled_usd)]
         self._open(keys=self.keys, args=[*args, keys.RUN_TTL_S])
@@ -275,9 +275,12 @@ def read_live(broker_url: str | None, run_id: str) -> BudgetTotals | None:
 
 
 def open_ledger(r: redis.Redis, store: RunStore, limits: Limits) -> None:
-    """Open the run's ledger at submission (or resume): its limits, and what was paid."""
+    """Open the run's ledger at submission (or resume): its limits, and, if Redis has no
+    ledger of the run, what the folder says was paid (reading every agent's state only then)."""
     if limits.any:
-        Ledger(r, store.run_id).open(limits, folder_spent(store))
+        ledger = Ledger(r, store.run_id)
+        gone = not r.exists(ledger.keys[0])
+        ledger.open(limits, folder_spent(store) if gone else 0.0)
 
 
 # --- the meter a worker's agents use --------------------------------------------------------

@@ -99,6 +99,11 @@ def ticket_table(record: RunRecord) -> list[str]:
     return lines
 
 
+def cost(record: RunRecord) -> float:
+    """USD the run has paid so far, all nodes."""
+    return round(sum(n.cost_usd for n in record.nodes.values()), 8)
+
+
 def budget(record: RunRecord) -> BudgetTotals:
     """What the run may spend and has spent: the ledger as last copied into run.json (the
     end of the run, the report) while it has a budget, else what its nodes paid; and the
@@ -110,7 +115,7 @@ def budget(record: RunRecord) -> BudgetTotals:
         return record.budget.model_copy(
             update={"calls_waited": waited, "limit_usd": limit, "remaining_usd": left}
         )
-    settled = round(sum(n.cost_usd for n in record.nodes.values()), 8)
+    settled = cost(record)
     remaining = None if limit is None else round(max(limit - settled, 0.0), 8)
     return BudgetTotals(
         limit_usd=limit,
