@@ -309,3 +309,35 @@ def test_status_of_a_running_run_reads_the_ledger_live(
     # While T-1002's slow call was in flight, status showed the money held for it.
     assert seen["limit_usd"] == 1 and seen["reserved_usd"] > 0, seen
     assert seen["settled_usd"] + seen["reserved_usd"] + seen["remaining_usd"] == pytest.approx(1)
+
+
+def test_a_429s_retry_after_holds_back_every_worker_of_the_endpoint(broker: str) -> None:
+    caps = ratecap.Caps(max_inflight=8, max_tpm=None)
+    one, other = (
+        ratecap.RedisGate(redis.Redis.from_url(broker), "http://cool.invalid/v1", caps)
+        for _ in range(2)
+    )  # two workers' gates, each with its own connection
+    one.cool_down("m", 1.5)  # the endpoint answered one of them 429, Retry-After 1.5 s
+    started = time.monotonic()
+    slot = other.enter("m", 0, None)
+    waited = time.monotonic() - started
+    slot.done(None)
+    assert slot.waited and 1.4 <= waited < 5, waited
+    assert not other.enter("other-model", 0, None).waited  # keyed by model too
+
+
+def test_a_resume_whose_redis_is_new_seeds_the_ledger_from_the_run_folder(
+    demo: Path, cli: Cli
+) -> None:
+    """An embedded run's Redis lives as long as its command: the resume's is empty, as a
+    broker that lost its data would be. The ledger starts from what agents/ says was paid."""
+    first = cli("run", "--budget", "0.05", cwd=demo)
+    assert first.returncode == 1, first.stdout + first.stderr
+    before = _document(cli, demo)
+    assert before["budget"]["refused"] >= 1 and before["budget"]["settled_usd"] <= 0.05
+    again = cli("resume", str(before["run_id"]), "--budget", "1", cwd=demo)
+    assert again.returncode == 1, again.stdout + again.stderr
+    after = _document(cli, demo)
+    assert after["budget"]["settled_usd"] == pytest.approx(after["cost_usd"], abs=1e-8)
+    assert after["budget"]["settled_usd"] > before["budget"]["settled_usd"]  # both runs' spend
+    assert not [t for t in after["record"]["tickets"].values() if t["stop"] == "budget"]
