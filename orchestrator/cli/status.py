@@ -95,13 +95,18 @@ def find(workspace: Path, run_id: str | None) -> RunStore:
 
 def verdict(record: RunRecord) -> Verdict:
     """The run's outcome as one word."""
-    if record.status is RunPhase.RUNNING:
+    return verdict_of(record.status.value, record.exit_code)
+
+
+def verdict_of(status: str, exit_code: int | None) -> Verdict:
+    """The outcome of a run with this status (RunPhase's value) and exit code, as one word."""
+    if status == RunPhase.RUNNING.value:
         return "running"
     return {
         ExitCode.ALL_PASS: "all_pass",
         ExitCode.NEEDS_HUMAN: "needs_human",
         ExitCode.STOPPED: "stopped",
-    }.get(record.exit_code, "crashed")  # type: ignore[return-value, arg-type]
+    }.get(exit_code, "crashed")  # type: ignore[return-value, arg-type]
 
 
 def duration_s(record: RunRecord) -> float | None:

@@ -266,6 +266,17 @@ class RejectedFile(BaseModel):
     file: str  # relative to the workspace: quarantine/<run_id>/<name>
 
 
+class RunTotals(BaseModel):
+    """A run's counts as it ended, kept in run.json so a list of runs (`ticketgraph web`,
+    /metrics) reads one small file per run, not every ticket's record."""
+
+    tickets: int
+    by_status: dict[str, int]  # ticket status -> how many
+    calls: int  # model calls, all nodes
+    tokens: int
+    cost_usd: float
+
+
 class RunMeta(BaseModel):
     """run.json: the run as a whole, without its nodes and tickets."""
 
@@ -281,10 +292,14 @@ class RunMeta(BaseModel):
     rejected: list[RejectedFile] = []
     cancel: Cancel | None = None  # who cancelled the run, if someone did (resume lifts it)
     budget: BudgetTotals | None = None  # the run's budget ledger as last copied
+    totals: RunTotals | None = None  # set when the run ends, cleared when it is resumed
 
     def end(self, status: RunPhase, exit_code: int | None, error: str | None = None) -> None:
-        """Set where the run ended and the exit code cron will see."""
+        """Set where the run ended and the exit code cron will see (a run set running again
+        loses its totals)."""
         self.status, self.exit_code, self.error = status, exit_code, error
+        if status is RunPhase.RUNNING:
+            self.totals = None
 
 
 class RunRecord(RunMeta):
