@@ -70,6 +70,26 @@ def decide(
     )
 
 
+def requeue(workspace: Path, run_id: str, tickets: list[str], by: str | None) -> str:
+    """Put the run's claimed files (all, or those of `tickets`) back into inbox/, recorded in
+    the run's trace with who did it; what moved and what stayed. `RunBusy` while the run is
+    being worked on."""
+    from orchestrator.intake import claims
+    from orchestrator.run import lease
+    from orchestrator.workspace import Workspace
+
+    store = find(workspace, run_id)
+    lease.wait_free(store, wait=False)
+    names = claims.names_of(store, tickets)
+    moved = claims.requeue(Workspace(workspace), store, names)
+    left = sorted(set(names) - set(moved))
+    store.tracer(node="requeue").emit("requeued", by=by or _user(), files=moved, left=left)
+    lines = [f"inbox/{name}" for name in moved]
+    if left:
+        lines.append(f"left in runs/{run_id}/claimed/ (name taken in inbox/): {', '.join(left)}")
+    return "".join(f"{line}\n" for line in lines)
+
+
 def cancel(
     workspace: Path,
     run_id: str,

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from orchestrator.cli import flower
+from orchestrator.cli import flower, web
 from orchestrator.cli.options import RunOptions, broker_option, run_options, workspace_option
 from orchestrator.errors import ConfigError, GraphError, RunBusy, UsageError
 from orchestrator.exit_codes import ExitCode
@@ -446,19 +446,9 @@ def requeue(run_id: str, tickets: tuple[str, ...], workspace: Path) -> int:
     name is taken in inbox/ is left where it is. Refuses (exit 75) while the run is still
     being worked on.
     """
-    from orchestrator.intake import claims
-    from orchestrator.run import lease
-    from orchestrator.run.store import find
-    from orchestrator.workspace import Workspace
+    from orchestrator.cli import decisions
 
-    store = find(workspace, run_id)
-    lease.wait_free(store, wait=False)
-    names = claims.names_of(store, list(tickets))
-    moved = claims.requeue(Workspace(workspace), store, names)
-    for name in moved:
-        print(f"inbox/{name}")
-    if left := sorted(set(names) - set(moved)):
-        print(f"left in runs/{run_id}/claimed/ (name taken in inbox/): {', '.join(left)}")
+    print(decisions.requeue(workspace, run_id, list(tickets), None), end="")
     return ExitCode.ALL_PASS
 
 
@@ -743,6 +733,7 @@ def _add_provider() -> None:
 
 
 cli.add_command(flower.command, "flower")
+cli.add_command(web.command, "web")
 _add_provider()
 for _command in cli.commands.values():
     _command.context_class = _Context

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import AliasChoices, Field, field_validator, model_validator
+from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from orchestrator.broker.transport import broker_url_problem, shown
@@ -54,6 +54,9 @@ class GraphSettings(BaseSettings):
     run_timeout_s: float = Field(
         default=3600, gt=0, description="how long `run` waits for a verdict"
     )
+    # `ticketgraph web`'s login (HTTP basic auth); without it the web view refuses to start.
+    web_user: str | None = None
+    web_password: SecretStr | None = None
 
     @field_validator("broker_url")
     @classmethod

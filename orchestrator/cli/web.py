@@ -1,0 +1,105 @@
+"""`ticketgraph web`: the web view of a workspace's runs and tickets, behind a login, on
+loopback (orchestrator/web/). Served by uvicorn in this process."""
+
+from __future__ import annotations
+
+import socket
+import sys
+from pathlib import Path
+
+import click
+
+from orchestrator.cli.flower import _cannot_listen
+from orchestrator.cli.options import broker_option, workspace_option
+from orchestrator.errors import ConfigError, UsageError
+from orchestrator.exit_codes import ExitCode
+
+DEFAULT_ADDRESS = "127.0.0.1"
+DEFAULT_PORT = 8600
+
+
+@click.command("web")
+@workspace_option
+@click.option(
+    "--address",
+    default=DEFAULT_ADDRESS,
+    show_default=True,
+    help="Address to listen on (0.0.0.0 for every interface: then put TLS in front).",
+)
+@click.option(
+    "--port", type=click.IntRange(1, 65535), default=DEFAULT_PORT, show_default=True, help="Port."
+)
+@broker_option("TICKETGRAPH_BROKER_URL (cancel tells the workers through it)")
+@click.option(
+    "--no-auth",
+    is_flag=True,
+    help="Serve without a login, read-only: pages and /metrics, no action.",
+)
+def command(workspace: Path, address: str, port: int, broker: str | None, no_auth: bool) -> int:
+    """Serve a web view of the workspace's runs and tickets (runs, a run, a ticket, /metrics).
+
+    Pages: / (runs, newest first), /runs/RUN_ID (steps, tickets; updates itself while the
+    run works), /runs/RUN_ID/tickets/TICKET (its text, reply, gate rounds, agent runs, tool
+    calls, decisions) and /metrics (Prometheus). Signed-in users can approve or reject a
+    waiting call, cancel a run and requeue its tickets: the same code as the CLI's commands,
+    recorded in the run's trace with the user's name.
+
+    It listens on 127.0.0.1:8600 and asks for HTTP basic auth on every path: set
+    TICKETGRAPH_WEB_USER and TICKETGRAPH_WEB_PASSWORD in the environment. Without them it
+    refuses to start (exit 78) unless --no-auth, which serves every page read-only to
+    whoever reaches the port. Flower (`ticketgraph flower`) stays the view of workers and
+    Celery tasks. SIGTERM or Ctrl-C stops it (exit 0).
+    """
+    import uvicorn
+
+    from orchestrator.config import environment
+    from orchestrator.web import login
+    from orchestrator.web.app import application
+    from orchestrator.workspace import Workspace
+    from workers.settings import SettingsError
+
+    try:
+        Workspace(workspace).require()
+        settings = environment.settings(broker, None)
+        password = settings.web_password and settings.web_password.get_secret_value()
+        accepted = None if no_auth else login.required(settings.web_user, password)
+        url = settings.broker_url
+    except UsageError as exc:
+        print(f"ticketgraph web: {exc}", file=sys.stderr)
+        return ExitCode.USAGE
+    except (ConfigError, SettingsError) as exc:
+        print(f"ticketgraph web: {exc}", file=sys.stderr)
+        return ExitCode.CONFIG
+    if no_auth:
+        print(
+            f"ticketgraph web: no login (--no-auth): read-only, whoever reaches "
+            f"{address}:{port} sees every ticket",
+            file=sys.stderr,
+        )
+    try:
+        listening = _listen(address, port)
+    except OSError as exc:
+        if not _cannot_listen(exc):
+            raise
+        why = exc.strerror or str(exc)
+        print(f"ticketgraph web: cannot listen on {address}:{port}: {why}", file=sys.stderr)
+        return ExitCode.CONFIG
+    app = application(workspace, read_only=no_auth, login_=accepted, broker_url=url)
+    config = uvicorn.Config(app, log_level="warning", access_log=False)
+    print(f"ticketgraph web: serving {workspace.resolve()} on http://{address}:{port}/", flush=True)
+    uvicorn.Server(config).run(sockets=[listening])
+    return ExitCode.ALL_PASS
+
+
+def _listen(address: str, port: int) -> socket.socket:
+    """The listening socket, bound here so that a taken port is this command's error."""
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((address, port))
+        sock.listen(128)
+    except OSError:
+        sock.close()
+        raise
+    return sock

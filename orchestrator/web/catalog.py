@@ -1,0 +1,365 @@
+"""What the web view lists — the workspace's runs and each run's tickets — read from the run
+folders (the same files `status` and `runs` read) and kept in this process by each file's
+modification time and size, so a page costs a directory scan plus the files that changed.
+
+A run that has ended is read from two files: run.json (its totals, RunTotals) and, for its
+tickets, the materialised run-state.json. A live run is read from its records/, one file per
+ticket, re-read only when it changed. The catalog is shared by the server's threads: one lock
+per run folder, held while a folder is scanned.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from pydantic_core import from_json
+
+from orchestrator.cli.status import verdict_of
+from orchestrator.errors import RunStateError
+from orchestrator.run import ids
+from orchestrator.run.records import TicketStatus
+from orchestrator.run.store import META_FILE, STATE_FILE
+
+HUMAN = TicketStatus.NEEDS_HUMAN.value
+WAITING = TicketStatus.AWAITING_APPROVAL.value
+RUNNING = "running"
+LIVE_TTL_S = 0.5  # a live run's view is reused this long (its page refreshes every 1 s)
+
+
+class TicketRow(NamedTuple):
+    """One line of a run's tickets table (a tuple: 10,000 of them are built per read)."""
+
+    id: str
+    category: str
+    handler: str
+    rounds: int
+    stop: str
+    status: str
+    cost_usd: float
+    routing: str
+    calls: int
+    tokens: int
+
+
+@dataclass(frozen=True)
+class RunRow:
+    """One line of the runs table."""
+
+    run_id: str
+    started_at: str
+    status: str  # running, stopped_early, crashed, done, or unreadable
+    verdict: str
+    exit_code: int | None
+    tickets: int
+    by_status: dict[str, int]
+    calls: int
+    tokens: int
+    cost_usd: float
+    budget_usd: float | None
+    duration_s: float | None
+    cancelled: bool
+    error: str | None = None
+
+    @property
+    def live(self) -> bool:
+        """True while the run works."""
+        return self.status == RUNNING
+
+    @property
+    def need_a_human(self) -> int:
+        """Tickets that ended needs_human."""
+        return self.by_status.get(HUMAN, 0)
+
+    @property
+    def waiting(self) -> int:
+        """Tickets whose worker waits for a person's decision."""
+        return self.by_status.get(WAITING, 0)
+
+
+@dataclass(frozen=True)
+class RunView:
+    """One run as its page shows it."""
+
+    row: RunRow
+    meta: dict[str, Any]
+    tickets: list[TicketRow]
+    nodes: dict[str, dict[str, Any]]
+
+
+@dataclass
+class _Folder:
+    """What the catalog holds of one run folder."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    meta_key: tuple[int, int] | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+    row: RunRow | None = None
+    row_key: tuple[Any, ...] | None = None
+    # Tickets of a live run: record file name -> ((mtime_ns, size), row).
+    records: dict[str, tuple[tuple[int, int], TicketRow]] = field(default_factory=dict)
+    # Tickets of an ended run, read from run-state.json, and that file's key.
+    ended: list[TicketRow] | None = None
+    ended_key: tuple[int, int] | None = None
+    nodes_key: tuple[Any, ...] | None = None
+    nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    last: RunView | None = None  # the last view computed, and when (time.monotonic())
+    last_at: float = 0.0
+
+
+class Catalog:
+    """The runs of one workspace, read from disk and cached by file times."""
+
+    def __init__(self, workspace: Path) -> None:
+        self.workspace = workspace
+        self.runs_dir = workspace / "runs"
+        self._folders: dict[str, _Folder] = {}
+        self._lock = threading.Lock()
+
+    def run_ids(self) -> list[str]:
+        """Every run id of the workspace (folders with a run.json), newest first."""
+        try:
+            names = [e.name for e in os.scandir(self.runs_dir) if e.is_dir()]
+        except FileNotFoundError:
+            return []
+        return sorted((n for n in names if _is_run(n)), reverse=True)
+
+    def runs(self) -> list[RunRow]:
+        """Every run's row, newest first (a run whose files cannot be read: `unreadable`)."""
+        rows = (self.run(run_id) for run_id in self.run_ids())
+        return [row for row in rows if row is not None]
+
+    def run(self, run_id: str) -> RunRow | None:
+        """One run's row; None if there is no such run."""
+        folder = self._folder(run_id)
+        with folder.lock:
+            if not self._read_meta(run_id, folder):
+                return None
+            meta = folder.meta
+            if meta.get("status") != RUNNING and meta.get("totals"):
+                key: tuple[Any, ...] = ("ended", folder.meta_key)
+                if folder.row is None or folder.row_key != key:
+                    folder.row, folder.row_key = _row(run_id, meta, meta["totals"]), key
+                return folder.row
+            return self._computed(run_id, folder).row
+
+    def view(self, run_id: str) -> RunView | None:
+        """The run's row, run.json, tickets and nodes, read together; None if no such run."""
+        folder = self._folder(run_id)
+        with folder.lock:
+            if not self._read_meta(run_id, folder):
+                return None
+            return self._computed(run_id, folder)
+
+    # --- reading -------------------------------------------------------------------------
+
+    def _computed(self, run_id: str, folder: _Folder) -> RunView:
+        """The run's view from its files; a live run's is reused for LIVE_TTL_S, so however
+        many pages watch it, its records are scanned at most a few times a second."""
+        now = time.monotonic()
+        last = folder.last
+        if last is not None and last.row.live and now - folder.last_at < LIVE_TTL_S:
+            return last
+        tickets = self._tickets(run_id, folder)
+        nodes = self._nodes(run_id, folder)
+        meta = folder.meta
+        if meta.get("status") != RUNNING and meta.get("totals"):
+            row = _row(run_id, meta, meta["totals"])
+        else:
+            by_status: dict[str, int] = {}
+            for t in tickets:
+                by_status[t.status] = by_status.get(t.status, 0) + 1
+            totals = {"tickets": len(tickets), "by_status": by_status} | _spent(nodes, tickets)
+            row = _row(run_id, meta, totals)
+        folder.last, folder.last_at = RunView(row, meta, tickets, nodes), now
+        return folder.last
+
+    def _folder(self, run_id: str) -> _Folder:
+        ids.run(run_id)  # before any path is built from it
+        with self._lock:
+            return self._folders.setdefault(run_id, _Folder())
+
+    def _read_meta(self, run_id: str, folder: _Folder) -> bool:
+        path = self.runs_dir / run_id / META_FILE
+        try:
+            key = _key(path)
+            if key != folder.meta_key:
+                folder.meta, folder.meta_key = from_json(path.read_bytes()), key
+        except FileNotFoundError:
+            return False
+        except (OSError, ValueError) as exc:
+            folder.meta, folder.meta_key = {"status": "unreadable", "error": str(exc)}, None
+        return True
+
+    def _tickets(self, run_id: str, folder: _Folder) -> list[TicketRow]:
+        run_dir = self.runs_dir / run_id
+        if folder.meta.get("status") != RUNNING:
+            state = run_dir / STATE_FILE
+            try:
+                key = _key(state)
+                if key == folder.ended_key and folder.ended is not None:
+                    return folder.ended
+                if key[0] >= (folder.meta_key or (0, 0))[0]:  # materialised after it ended
+                    doc = from_json(state.read_bytes())
+                    tickets = doc.get("tickets") or {}
+                    rows = [_ticket_row(i, t) for i, t in sorted(tickets.items())]
+                    folder.ended, folder.ended_key = rows, key
+                    folder.records.clear()
+                    return rows
+            except (OSError, ValueError, AttributeError):
+                pass  # read the records instead
+        folder.ended = folder.ended_key = None
+        return self._records(run_dir, folder)
+
+    def _records(self, run_dir: Path, folder: _Folder) -> list[TicketRow]:
+        seen: dict[str, tuple[tuple[int, int], TicketRow]] = {}
+        try:
+            entries = list(os.scandir(run_dir / "records"))
+        except FileNotFoundError:
+            entries = []
+        for entry in entries:
+            name = entry.name
+            if not name.endswith(".json") or name.startswith("."):
+                continue
+            try:
+                stat = entry.stat()
+                key = (stat.st_mtime_ns, stat.st_size)
+                known = folder.records.get(name)
+                if known is not None and known[0] == key:
+                    seen[name] = known
+                    continue
+                ticket_id = name[: -len(".json")]
+                record = from_json(Path(entry.path).read_bytes())
+                seen[name] = (key, _ticket_row(ticket_id, record))
+            except (OSError, ValueError, AttributeError):
+                known = folder.records.get(name)
+                if known is not None:  # mid-replace or unreadable for a moment: keep the last
+                    seen[name] = known
+        folder.records = seen
+        return sorted((row for _, row in seen.values()), key=lambda r: r.id)
+
+    def _nodes(self, run_id: str, folder: _Folder) -> dict[str, dict[str, Any]]:
+        node_dir = self.runs_dir / run_id / "nodes"
+        try:
+            entries = sorted(
+                (e.name, _key(Path(e.path))) for e in os.scandir(node_dir) if _is_json(e.name)
+            )
+        except FileNotFoundError:
+            return {}
+        key = tuple(entries)
+        if key != folder.nodes_key:
+            nodes = {}
+            for name, _ in entries:
+                try:
+                    nodes[name[: -len(".json")]] = from_json((node_dir / name).read_bytes())
+                except (OSError, ValueError):
+                    continue
+            folder.nodes, folder.nodes_key = nodes, key
+        return folder.nodes
+
+
+def _spent(nodes: dict[str, dict[str, Any]], tickets: list[TicketRow]) -> dict[str, Any]:
+    """Calls, tokens and cost of a run that has not ended: its nodes' totals, or, while its
+    per-ticket nodes are open (their totals come when they close), the router's plus what
+    each ticket's record says it spent, whichever is more."""
+    totals = {
+        field: sum(n.get(field, 0) for n in nodes.values())
+        for field in ("calls", "tokens", "cost_usd")
+    }
+    route = nodes.get("route") or _NONE
+    by_ticket = {
+        "calls": route.get("calls", 0) + sum(t.calls for t in tickets),
+        "tokens": route.get("tokens", 0) + sum(t.tokens for t in tickets),
+        "cost_usd": route.get("cost_usd", 0.0) + sum(t.cost_usd for t in tickets),
+    }
+    spent = {field: max(totals[field], by_ticket[field]) for field in totals}
+    spent["cost_usd"] = round(spent["cost_usd"], 8)
+    return spent
+
+
+def _key(path: Path) -> tuple[int, int]:
+    stat = path.stat()
+    return (stat.st_mtime_ns, stat.st_size)
+
+
+def _is_json(name: str) -> bool:
+    return name.endswith(".json") and not name.startswith(".")
+
+
+def _is_run(name: str) -> bool:
+    try:
+        ids.run(name)
+    except RunStateError:
+        return False
+    return True
+
+
+def _ticket_row(ticket_id: str, record: dict[str, Any]) -> TicketRow:
+    get = record.get
+    draft, review = get("draft") or _NONE, get("review") or _NONE
+    cost = draft.get("cost_usd", 0.0) + review.get("cost_usd", 0.0)
+    calls = draft.get("calls", 0) + review.get("calls", 0)
+    tokens = draft.get("tokens", 0) + review.get("tokens", 0)
+    if spent := get("spent"):
+        for used in spent.values():
+            cost += used.get("cost_usd", 0.0)
+            calls += used.get("calls", 0)
+            tokens += used.get("tokens", 0)
+    return TicketRow(
+        ticket_id,
+        get("category") or "-",
+        get("handler") or "-",
+        get("gate_rounds") or 0,
+        get("stop") or "-",
+        get("status") or "claimed",
+        round(cost, 8),
+        get("routing") or "-",
+        calls,
+        tokens,
+    )
+
+
+_NONE: dict[str, Any] = {}
+
+
+def _row(run_id: str, meta: dict[str, Any], totals: dict[str, Any]) -> RunRow:
+    status = str(meta.get("status") or "unreadable")
+    exit_code = meta.get("exit_code")
+    config = meta.get("config") or {}
+    started, updated = meta.get("started_at") or "", meta.get("updated_at") or ""
+    ended = None if status == RUNNING else updated
+    return RunRow(
+        run_id=run_id,
+        started_at=started,
+        status=status,
+        verdict="crashed" if status == "unreadable" else verdict_of(status, exit_code),
+        exit_code=exit_code,
+        tickets=int(totals.get("tickets", 0)),
+        by_status=dict(totals.get("by_status") or {}),
+        calls=int(totals.get("calls", 0)),
+        tokens=int(totals.get("tokens", 0)),
+        cost_usd=float(totals.get("cost_usd", 0.0)),
+        budget_usd=config.get("run_budget_usd"),
+        duration_s=_seconds(started, ended),
+        cancelled=meta.get("cancel") is not None,
+        error=meta.get("error"),
+    )
+
+
+def _seconds(start: str, end: str | None) -> float | None:
+    """Seconds from `start` to `end` (None: to now); None if a time cannot be read."""
+    try:
+        began = datetime.fromisoformat(start.replace("Z", "+00:00")).timestamp()
+        until = (
+            time.time()
+            if end is None
+            else datetime.fromisoformat(end.replace("Z", "+00:00")).timestamp()
+        )
+    except ValueError:
+        return None
+    return round(until - began, 3)

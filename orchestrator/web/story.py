@@ -1,0 +1,245 @@
+"""One ticket's whole story, for its page: what it said, how it was routed, every agent run
+(each turn's tokens and cost, each tool call's arguments, result and duration, the stop
+reason), every gate round's report, the reply in out/, and the decisions made on it.
+
+Read from the run folder, the same files as `status` and the report: the ticket's record,
+its text under tickets/, its agents' states under agents/, approvals/ and decisions/, the
+cancels, and the run's trace (the lines that name the ticket).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from orchestrator.run import approvals, cancels, ids
+from orchestrator.run.records import Cancel, TicketRecord
+from orchestrator.run.store import ROUTER, RunStore
+from workers.state import RunState
+
+MAX_TEXT = 200_000  # characters of a ticket, reply or tool result shown (the rest is cut)
+
+
+@dataclass
+class ToolCallView:
+    """One tool call of an agent run."""
+
+    call_id: str
+    tool: str
+    arguments: str
+    result: str | None = None
+    ms: float | None = None
+    ok: bool | None = None
+
+
+@dataclass
+class TurnView:
+    """One model turn: what it cost and how it ended."""
+
+    turn: int
+    prompt_tokens: int
+    completion_tokens: int
+    cost_usd: float  # the agent run's cost after this turn
+    finish: str
+
+
+@dataclass
+class AgentView:
+    """One agent run of the ticket (its draft, a review round, ...)."""
+
+    step: str
+    status: str
+    stop: str
+    turns: list[TurnView] = field(default_factory=list)
+    tools: list[ToolCallView] = field(default_factory=list)
+    cost_usd: float = 0.0
+    tokens: int = 0
+    error: str | None = None
+    output: str | None = None
+
+
+@dataclass
+class GateRound:
+    """One round of the deterministic gate."""
+
+    round: int
+    passed: bool | None
+    report: str
+
+
+@dataclass
+class DecisionView:
+    """A call that waited for a person, and what was decided (None: still waiting)."""
+
+    request: approvals.Request
+    decision: approvals.Decision | None
+
+
+@dataclass
+class Story:
+    """Everything the ticket page shows."""
+
+    ticket_id: str
+    record: TicketRecord
+    text: str | None
+    reply: str | None
+    reply_file: str | None
+    routed: dict[str, Any] | None
+    gate: list[GateRound]
+    agents: list[AgentView]
+    decisions: list[DecisionView]
+    cancel: Cancel | None
+
+
+def read(store: RunStore, workspace: Path, ticket_id: str) -> Story:
+    """The story of `ticket_id` in the run (`RunStateError` if the id is not one)."""
+    ids.ticket(ticket_id)
+    record = store.ticket(ticket_id)
+    events = trace_of(store.trace_path, ticket_id)
+    reply_file, reply = _reply(store, workspace, ticket_id, record)
+    return Story(
+        ticket_id=ticket_id,
+        record=record,
+        text=_text(store.ticket_path(ticket_id)),
+        reply=reply,
+        reply_file=reply_file,
+        routed=next((e for e in events if e.get("event") == "routed"), None),
+        gate=_gate(record, events),
+        agents=_agents(store, ticket_id, events),
+        decisions=_decisions(store, ticket_id),
+        cancel=cancels.of(store.dir, ticket_id),
+    )
+
+
+def trace_of(path: Path, ticket_id: str) -> list[dict[str, Any]]:
+    """The trace's events that name `ticket_id`, in order (a torn last line is skipped)."""
+    needle = f'"ticket": {json.dumps(ticket_id)}'.encode()
+    found = []
+    try:
+        with path.open("rb") as handle:
+            for line in handle:
+                if needle in line:
+                    try:
+                        found.append(json.loads(line))
+                    except ValueError:
+                        continue
+    except FileNotFoundError:
+        return []
+    return found
+
+
+def _text(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")[:MAX_TEXT]
+    except FileNotFoundError:
+        return None
+
+
+def _reply(
+    store: RunStore, workspace: Path, ticket_id: str, record: TicketRecord
+) -> tuple[str | None, str | None]:
+    """The published reply (out/), or the draft merge has not published yet."""
+    if record.file is not None:
+        text = _text(ids.out_file(workspace, ticket_id))
+        if text is not None:
+            return record.file, text
+    draft = store.draft_path(ticket_id)
+    text = _text(draft)
+    if text is None:
+        return None, None
+    return f"runs/{store.run_id}/drafts/{draft.name} (not published yet)", text
+
+
+def _gate(record: TicketRecord, events: list[dict[str, Any]]) -> list[GateRound]:
+    """Every gate round, from the trace (with its verdict) or else from the record."""
+    rounds = [
+        GateRound(int(e.get("round", i)), e.get("pass"), str(e.get("report") or ""))
+        for i, e in enumerate(x for x in events if x.get("event") == "gate")
+    ]
+    if rounds:
+        return rounds
+    return [GateRound(i, None, report) for i, report in enumerate(record.gate_reports)]
+
+
+def _agents(store: RunStore, ticket_id: str, events: list[dict[str, Any]]) -> list[AgentView]:
+    """The ticket's agent runs, in the order they ran (the router's is not the ticket's)."""
+    folder = store.dir / "agents"
+    if ticket_id == ROUTER or not folder.is_dir():
+        return []
+    views = []
+    for path in folder.glob(f"{ticket_id}.*.json"):
+        step = path.name[len(ticket_id) + 1 : -len(".json")]
+        try:
+            state = RunState.load(path)
+        except (OSError, ValueError):
+            views.append(AgentView(step=step, status="unreadable", stop=f"cannot read {path.name}"))
+            continue
+        views.append(
+            _agent(step, state, [e for e in events if e.get("agent_run_id") == state.run_id])
+        )
+    return sorted(views, key=lambda v: (v.step != "draft", v.step))
+
+
+def _agent(step: str, state: RunState, events: list[dict[str, Any]]) -> AgentView:
+    results = {m.tool_call_id: m.content for m in state.messages if m.role == "tool"}
+    timing = {e.get("call_id"): e for e in events if e.get("event") == "tool_result"}
+    tools = []
+    for message in state.messages:
+        for call in message.tool_calls or []:
+            timed = timing.get(call.id, {})
+            tools.append(
+                ToolCallView(
+                    call_id=call.id,
+                    tool=call.function.name,
+                    arguments=call.function.arguments,
+                    result=(results.get(call.id) or None) and str(results[call.id])[:MAX_TEXT],
+                    ms=timed.get("ms"),
+                    ok=timed.get("ok"),
+                )
+            )
+    turns = [
+        TurnView(
+            turn=int(e.get("turn", 0)),
+            prompt_tokens=int(e.get("prompt_tokens") or 0),
+            completion_tokens=int(e.get("completion_tokens") or 0),
+            cost_usd=float(e.get("cost_usd") or 0.0),
+            finish=str(e.get("finish") or ""),
+        )
+        for e in events
+        if e.get("event") == "turn"
+    ]
+    stopped = next((e for e in reversed(events) if e.get("event") == "run_stopped"), None)
+    stop = state.status.value
+    if state.interruption is not None:
+        stop = f"{stop}: {state.interruption.type}"
+    elif stopped is not None and stopped.get("detail"):
+        stop = f"{stop}: {stopped['detail']}"
+    return AgentView(
+        step=step,
+        status=state.status.value,
+        stop=stop,
+        turns=turns,
+        tools=tools,
+        cost_usd=state.cost_usd,
+        tokens=state.usage.prompt_tokens + state.usage.completion_tokens,
+        error=state.error,
+        output=state.output,
+    )
+
+
+def _decisions(store: RunStore, ticket_id: str) -> list[DecisionView]:
+    """Every call of the ticket that asked for a person, with its decision if made."""
+    folder = store.dir / approvals.REQUESTS
+    if not folder.is_dir():
+        return []
+    views = []
+    for path in sorted(folder.glob(f"{ticket_id}.*.json")):
+        try:
+            asked = approvals.Request.model_validate_json(path.read_bytes())
+        except (OSError, ValueError):
+            continue
+        if asked.ticket == ticket_id:
+            views.append(DecisionView(asked, approvals.decision(store, ticket_id, asked.call_id)))
+    return sorted(views, key=lambda v: v.request.asked_at)
