@@ -29,13 +29,28 @@ DEFAULT_PORT = 8600
 @click.option(
     "--port", type=click.IntRange(1, 65535), default=DEFAULT_PORT, show_default=True, help="Port."
 )
+@click.option(
+    "--allowed-host",
+    "allowed_hosts",
+    multiple=True,
+    metavar="NAME",
+    help="A host name the pages are served under besides the address, localhost and "
+    "127.0.0.1 (repeat; e.g. the name a TLS proxy forwards). Other Host headers get 400.",
+)
 @broker_option("TICKETGRAPH_BROKER_URL (cancel tells the workers through it)")
 @click.option(
     "--no-auth",
     is_flag=True,
     help="Serve without a login, read-only: pages and /metrics, no action.",
 )
-def command(workspace: Path, address: str, port: int, broker: str | None, no_auth: bool) -> int:
+def command(
+    workspace: Path,
+    address: str,
+    port: int,
+    allowed_hosts: tuple[str, ...],
+    broker: str | None,
+    no_auth: bool,
+) -> int:
     """Serve a web view of the workspace's runs and tickets (runs, a run, a ticket, /metrics).
 
     Pages: / (runs, newest first), /runs/RUN_ID (steps, tickets; updates itself while the
@@ -84,11 +99,26 @@ def command(workspace: Path, address: str, port: int, broker: str | None, no_aut
         why = exc.strerror or str(exc)
         print(f"ticketgraph web: cannot listen on {address}:{port}: {why}", file=sys.stderr)
         return ExitCode.CONFIG
-    app = application(workspace, read_only=no_auth, login_=accepted, broker_url=url)
+    hosts = _hosts(address, allowed_hosts)
+    if hosts is None:
+        print(
+            f"ticketgraph web: listening on {address}, any Host header is served; name the "
+            "host with --allowed-host to refuse the others",
+            file=sys.stderr,
+        )
+    app = application(workspace, read_only=no_auth, login_=accepted, broker_url=url, hosts=hosts)
     config = uvicorn.Config(app, log_level="warning", access_log=False)
     print(f"ticketgraph web: serving {workspace.resolve()} on http://{address}:{port}/", flush=True)
     uvicorn.Server(config).run(sockets=[listening])
     return ExitCode.ALL_PASS
+
+
+def _hosts(address: str, allowed: tuple[str, ...]) -> list[str] | None:
+    """The Host header names to serve (None: any): the address and loopback's names, so a
+    page elsewhere whose name was rebound to this address gets 400, not the tickets."""
+    if address in ("0.0.0.0", "::") and not allowed:
+        return None
+    return sorted({address, "localhost", "127.0.0.1", *allowed})
 
 
 def _listen(address: str, port: int) -> socket.socket:

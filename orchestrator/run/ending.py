@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from orchestrator.errors import RunStateError, RunStorageError
 from orchestrator.exit_codes import ExitCode
-from orchestrator.run.records import Cancel, RunMeta, RunPhase, RunTotals, TicketRecord
+from orchestrator.run.records import Cancel, RunMeta, RunPhase, RunTotals, TicketRecord, spent
 from orchestrator.run.store import RunStore
 
 
@@ -23,11 +23,11 @@ def end(
     """End the run with `status` and `exit_code`; trace `event` (with the error, if any);
     return the exit code. `if_running`: a run that already ended stays as it ended, and its
     own exit code is returned. `tickets`: every record, if the caller holds them."""
-    tickets = _records(store, tickets)
     with store.update_meta() as meta:
         if if_running and meta.status is not RunPhase.RUNNING:
             return ExitCode.CRASHED if meta.exit_code is None else meta.exit_code
         meta.end(status, exit_code, error)
+        tickets = _records(store, tickets)
         _total(store, meta, tickets)
     if event is not None:
         store.tracer(node="run").emit(event, **({"error": error} if error else {}))
@@ -59,13 +59,13 @@ def _total(store: RunStore, meta: RunMeta, tickets: dict[str, TicketRecord] | No
     by_status: dict[str, int] = {}
     for t in tickets.values():
         by_status[t.status.value] = by_status.get(t.status.value, 0) + 1
-    meta.totals = RunTotals(
-        tickets=len(tickets),
-        by_status=by_status,
-        calls=sum(n.calls for n in nodes.values()),
-        tokens=sum(n.tokens for n in nodes.values()),
-        cost_usd=round(sum(n.cost_usd for n in nodes.values()), 8),
+    used = [t.total() for t in tickets.values()]
+    figures = spent(
+        (n.model_dump() for n in nodes.values()),
+        nodes["route"].model_dump() if "route" in nodes else {},
+        ((u.calls, u.tokens, u.cost_usd) for u in used),
     )
+    meta.totals = RunTotals(tickets=len(tickets), by_status=by_status, **figures)
 
 
 def stop_early(store: RunStore, tickets: dict[str, TicketRecord] | None = None) -> int:
@@ -84,12 +84,12 @@ def stopped(store: RunStore, why: str, if_running: bool = False) -> int:
 def cancelled(store: RunStore, cancel: Cancel, event: str) -> int:
     """End a running run stopped because someone cancelled it (exit 2, resumable); a run
     that already ended stays as it ended."""
-    tickets = _records(store, None)
     with store.update_meta() as meta:
         if meta.status is not RunPhase.RUNNING:
             return ExitCode.CRASHED if meta.exit_code is None else meta.exit_code
         meta.cancel = cancel
         meta.end(RunPhase.STOPPED, ExitCode.STOPPED, cancel.why)
+        tickets = _records(store, None)
         _total(store, meta, tickets)
     store.tracer(node="run").emit(event, error=cancel.why, by=cancel.by, reason=cancel.reason)
     store.materialise(tickets)

@@ -15,6 +15,7 @@ change.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable, Mapping
 from enum import StrEnum
 from typing import Any
 
@@ -163,6 +164,13 @@ class TicketRecord(BaseModel):
             return getattr(self, step)  # type: ignore[no-any-return]
         return self.spent.get(step, StepUsage())
 
+    def total(self) -> StepUsage:
+        """What every step paid for this ticket."""
+        total = self.draft + self.review
+        for used in self.spent.values():
+            total = total + used
+        return total
+
     def spend(self, step: str, usage: StepUsage) -> None:
         """Add what `step` paid for this ticket."""
         total = self.spent_in(step) + usage
@@ -275,6 +283,27 @@ class RunTotals(BaseModel):
     calls: int  # model calls, all nodes
     tokens: int
     cost_usd: float
+
+
+def spent(
+    nodes: Iterable[Mapping[str, Any]],
+    route: Mapping[str, Any],
+    tickets: Iterable[tuple[int, int, float]],
+) -> dict[str, Any]:
+    """A run's calls, tokens and cost (`calls`, `tokens`, `cost_usd`): its nodes' totals, or,
+    while (or because) its per-ticket nodes are open — they add theirs when they close — the
+    router's plus what each ticket's record says it spent (calls, tokens, cost), whichever is
+    more. Shared by a run's ending (RunTotals) and the web view's live figures."""
+    nodes = list(nodes)
+    totals = {f: sum(n.get(f, 0) for n in nodes) for f in ("calls", "tokens", "cost_usd")}
+    by_ticket = {f: route.get(f, 0) for f in totals}
+    for calls, tokens, cost in tickets:
+        by_ticket["calls"] += calls
+        by_ticket["tokens"] += tokens
+        by_ticket["cost_usd"] += cost
+    figures = {f: max(totals[f], by_ticket[f]) for f in totals}
+    figures["cost_usd"] = round(figures["cost_usd"], 8)
+    return figures
 
 
 class RunMeta(BaseModel):

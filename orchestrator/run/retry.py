@@ -47,6 +47,7 @@ def reopen(
             meta.end(RunPhase.RUNNING, None)
             meta.config.stop_after = None
         meta.cancel = None
+        meta.totals = None  # records may change (expired calls, retries): counted again at its end
         if budget_usd is not None:
             meta.config.run_budget_usd = budget_usd
     return taken

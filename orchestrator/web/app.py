@@ -29,6 +29,7 @@ import jinja2
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
@@ -67,9 +68,11 @@ def application(
     read_only: bool = False,
     login_: login.Login | None = None,
     broker_url: str | None = None,
+    hosts: list[str] | None = None,
 ) -> Starlette:
     """The web application for `workspace`; behind `login_` (basic auth) if given, and then
-    with actions unless `read_only`."""
+    with actions unless `read_only`; answering only requests for `hosts` (the Host header;
+    None: any), so a web page whose name was rebound to this address reads nothing."""
     settings = Settings(workspace.resolve(), read_only or login_ is None, broker_url)
     view = View(settings)
     routes = [
@@ -86,6 +89,9 @@ def application(
     app = Starlette(routes=routes, exception_handlers=handlers)  # type: ignore[arg-type]
     if login_ is not None:
         app.add_middleware(login.BasicAuth, login=login_)
+    if hosts is not None:  # outermost but one: a rebound name is refused before the login
+        app.add_middleware(TrustedHostMiddleware, allowed_hosts=hosts)
+    app.add_middleware(_Headers)
     return app
 
 
@@ -189,6 +195,7 @@ class View:
             ),
             "self_url": base + (f"?{request.url.query}" if request.url.query else ""),
             "live_every_s": LIVE_EVERY_S,
+            "per": per,
         }
         return self._render(request, "run.html", context)
 
@@ -289,6 +296,8 @@ class View:
             said = await run_in_threadpool(act)
         except GraphError as exc:
             said = f"refused: {exc}\n"
+        except OSError as exc:
+            said = f"failed: {exc}\n"
         note = secrets.token_urlsafe(8)
         self.notes[note] = said
         while len(self.notes) > 100:
@@ -311,7 +320,9 @@ class View:
             "read_only": self.settings.read_only,
             "user": user,
             "csrf": self.tokens.token(user) if user else "",
-            "note": self.notes.get(request.query_params.get("note", ""), None),
+            "note": None
+            if fragment
+            else self.notes.pop(request.query_params.get("note", ""), None),
         }
         response = self.templates.TemplateResponse(request, name, context)
         response.headers["Vary"] = "HX-Request"  # the page and its live fragment share a URL
@@ -324,6 +335,30 @@ class View:
     async def refused(self, request: Request, exc: Exception) -> Response:
         assert isinstance(exc, _Refused)
         return PlainTextResponse(f"{exc.text}\n", status_code=exc.status)
+
+
+class _Headers:
+    """ASGI middleware: every response refuses to be framed by another page (a framed form
+    would carry this site's token and login) and to be sniffed as another type."""
+
+    HEADERS = (
+        (b"content-security-policy", b"frame-ancestors 'none'"),
+        (b"x-frame-options", b"DENY"),
+        (b"x-content-type-options", b"nosniff"),
+        (b"referrer-policy", b"same-origin"),
+    )
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        async def with_headers(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                message.setdefault("headers", [])
+                message["headers"] = [*message["headers"], *self.HEADERS]
+            await send(message)
+
+        await self.app(scope, receive, with_headers if scope["type"] == "http" else send)
 
 
 class _Refused(Exception):

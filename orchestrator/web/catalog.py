@@ -23,7 +23,7 @@ from pydantic_core import from_json
 from orchestrator.cli.status import verdict_of
 from orchestrator.errors import RunStateError
 from orchestrator.run import ids
-from orchestrator.run.records import TicketStatus
+from orchestrator.run.records import TicketStatus, spent
 from orchestrator.run.store import META_FILE, STATE_FILE
 
 HUMAN = TicketStatus.NEEDS_HUMAN.value
@@ -97,19 +97,20 @@ class _Folder:
     """What the catalog holds of one run folder."""
 
     lock: threading.Lock = field(default_factory=threading.Lock)
-    meta_key: tuple[int, int] | None = None
+    meta_key: tuple[int, int, int] | None = None
     meta: dict[str, Any] = field(default_factory=dict)
     row: RunRow | None = None
     row_key: tuple[Any, ...] | None = None
     # Tickets of a live run: record file name -> ((mtime_ns, size), row).
-    records: dict[str, tuple[tuple[int, int], TicketRow]] = field(default_factory=dict)
+    records: dict[str, tuple[tuple[int, int, int], TicketRow]] = field(default_factory=dict)
     # Tickets of an ended run, read from run-state.json, and that file's key.
     ended: list[TicketRow] | None = None
-    ended_key: tuple[int, int] | None = None
+    ended_key: tuple[int, int, int] | None = None
     nodes_key: tuple[Any, ...] | None = None
     nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
     last: RunView | None = None  # the last view computed, and when (time.monotonic())
     last_at: float = 0.0
+    last_meta: tuple[int, int, int] | None = None  # run.json's version that view was made from
 
 
 class Catalog:
@@ -139,6 +140,7 @@ class Catalog:
         folder = self._folder(run_id)
         with folder.lock:
             if not self._read_meta(run_id, folder):
+                self._forget(run_id)
                 return None
             meta = folder.meta
             if meta.get("status") != RUNNING and meta.get("totals"):
@@ -153,6 +155,7 @@ class Catalog:
         folder = self._folder(run_id)
         with folder.lock:
             if not self._read_meta(run_id, folder):
+                self._forget(run_id)
                 return None
             return self._computed(run_id, folder)
 
@@ -163,7 +166,8 @@ class Catalog:
         many pages watch it, its records are scanned at most a few times a second."""
         now = time.monotonic()
         last = folder.last
-        if last is not None and last.row.live and now - folder.last_at < LIVE_TTL_S:
+        fresh = now - folder.last_at < LIVE_TTL_S and folder.last_meta == folder.meta_key
+        if last is not None and last.row.live and fresh:
             return last
         tickets = self._tickets(run_id, folder)
         nodes = self._nodes(run_id, folder)
@@ -174,15 +178,26 @@ class Catalog:
             by_status: dict[str, int] = {}
             for t in tickets:
                 by_status[t.status] = by_status.get(t.status, 0) + 1
-            totals = {"tickets": len(tickets), "by_status": by_status} | _spent(nodes, tickets)
+            figures = spent(
+                nodes.values(),
+                nodes.get("route") or _NONE,
+                ((t.calls, t.tokens, t.cost_usd) for t in tickets),
+            )
+            totals = {"tickets": len(tickets), "by_status": by_status} | figures
             row = _row(run_id, meta, totals)
         folder.last, folder.last_at = RunView(row, meta, tickets, nodes), now
+        folder.last_meta = folder.meta_key
         return folder.last
 
     def _folder(self, run_id: str) -> _Folder:
         ids.run(run_id)  # before any path is built from it
         with self._lock:
             return self._folders.setdefault(run_id, _Folder())
+
+    def _forget(self, run_id: str) -> None:
+        """Drop a run that is not there (made-up ids must not fill the catalog)."""
+        with self._lock:
+            self._folders.pop(run_id, None)
 
     def _read_meta(self, run_id: str, folder: _Folder) -> bool:
         path = self.runs_dir / run_id / META_FILE
@@ -204,7 +219,11 @@ class Catalog:
                 key = _key(state)
                 if key == folder.ended_key and folder.ended is not None:
                     return folder.ended
-                if key[0] >= (folder.meta_key or (0, 0))[0]:  # materialised after it ended
+                # Materialised after it ended, and no record written since (every write is a
+                # rename, which moves the folder's time): else the records are the truth.
+                ended_at = (folder.meta_key or (0,))[0]
+                records_at = (run_dir / "records").stat().st_mtime_ns
+                if key[0] >= ended_at and key[0] >= records_at:
                     doc = from_json(state.read_bytes())
                     tickets = doc.get("tickets") or {}
                     rows = [_ticket_row(i, t) for i, t in sorted(tickets.items())]
@@ -217,7 +236,7 @@ class Catalog:
         return self._records(run_dir, folder)
 
     def _records(self, run_dir: Path, folder: _Folder) -> list[TicketRow]:
-        seen: dict[str, tuple[tuple[int, int], TicketRow]] = {}
+        seen: dict[str, tuple[tuple[int, int, int], TicketRow]] = {}
         try:
             entries = list(os.scandir(run_dir / "records"))
         except FileNotFoundError:
@@ -228,7 +247,7 @@ class Catalog:
                 continue
             try:
                 stat = entry.stat()
-                key = (stat.st_mtime_ns, stat.st_size)
+                key = (stat.st_mtime_ns, stat.st_size, stat.st_ino)
                 known = folder.records.get(name)
                 if known is not None and known[0] == key:
                     seen[name] = known
@@ -263,28 +282,10 @@ class Catalog:
         return folder.nodes
 
 
-def _spent(nodes: dict[str, dict[str, Any]], tickets: list[TicketRow]) -> dict[str, Any]:
-    """Calls, tokens and cost of a run that has not ended: its nodes' totals, or, while its
-    per-ticket nodes are open (their totals come when they close), the router's plus what
-    each ticket's record says it spent, whichever is more."""
-    totals = {
-        field: sum(n.get(field, 0) for n in nodes.values())
-        for field in ("calls", "tokens", "cost_usd")
-    }
-    route = nodes.get("route") or _NONE
-    by_ticket = {
-        "calls": route.get("calls", 0) + sum(t.calls for t in tickets),
-        "tokens": route.get("tokens", 0) + sum(t.tokens for t in tickets),
-        "cost_usd": route.get("cost_usd", 0.0) + sum(t.cost_usd for t in tickets),
-    }
-    spent = {field: max(totals[field], by_ticket[field]) for field in totals}
-    spent["cost_usd"] = round(spent["cost_usd"], 8)
-    return spent
-
-
-def _key(path: Path) -> tuple[int, int]:
+def _key(path: Path) -> tuple[int, int, int]:
+    """A file's version: every write of a run file is a rename of a new file (a new inode)."""
     stat = path.stat()
-    return (stat.st_mtime_ns, stat.st_size)
+    return (stat.st_mtime_ns, stat.st_size, stat.st_ino)
 
 
 def _is_json(name: str) -> bool:

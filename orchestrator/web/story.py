@@ -171,6 +171,8 @@ def _agents(store: RunStore, ticket_id: str, events: list[dict[str, Any]]) -> li
     views = []
     for path in folder.glob(f"{ticket_id}.*.json"):
         step = path.name[len(ticket_id) + 1 : -len(".json")]
+        if "." in step:  # another ticket's (an id may hold dots: T1 and T1.a)
+            continue
         try:
             state = RunState.load(path)
         except (OSError, ValueError):
@@ -179,7 +181,17 @@ def _agents(store: RunStore, ticket_id: str, events: list[dict[str, Any]]) -> li
         views.append(
             _agent(step, state, [e for e in events if e.get("agent_run_id") == state.run_id])
         )
-    return sorted(views, key=lambda v: (v.step != "draft", v.step))
+    return sorted(views, key=_ran_order)
+
+
+def _ran_order(view: AgentView) -> tuple[int, int, str]:
+    """draft, then each round's runs (evaluate-N before review-N), rounds by number."""
+    name, _, number = view.step.rpartition("-")
+    if view.step == "draft":
+        return (0, 0, "")
+    if number.isdigit():
+        return (1, int(number), name)
+    return (2, 0, view.step)
 
 
 def _agent(step: str, state: RunState, events: list[dict[str, Any]]) -> AgentView:

@@ -253,7 +253,41 @@ def test_the_command_serves_with_its_login_and_read_only_without(finished: Path)
         port = url.rsplit(":", 1)[1]  # taken by the server
         taken = run_cli("web", "--port", port, cwd=finished, env=LOGIN)
         assert taken.returncode == 78 and "cannot listen" in taken.stderr
+        rebound = httpx.get(f"{url}/", auth=AUTH, headers={"Host": "evil.example"})
+        assert rebound.status_code == 400  # a page whose name was rebound to 127.0.0.1
+        assert run_id not in rebound.text
+        for header, value in (
+            ("content-security-policy", "frame-ancestors 'none'"),
+            ("x-frame-options", "DENY"),
+            ("x-content-type-options", "nosniff"),
+        ):
+            assert page.headers[header] == value
     with web_server(finished, "--no-auth") as url:
         page = httpx.get(f"{url}/runs/{run_id}")
         assert page.status_code == 200 and 'name="csrf"' not in page.text
         assert httpx.post(f"{url}/runs/{run_id}/requeue").status_code == 403
+
+
+def test_made_up_run_ids_are_not_kept(finished: Path) -> None:
+    from orchestrator.web.catalog import Catalog
+
+    catalog = Catalog(finished)
+    for k in range(50):
+        assert catalog.run(f"run-made-up-{k}") is None
+    assert catalog.run(run_id_of(finished)) is not None
+    assert len(catalog._folders) == 1
+
+
+def test_agent_runs_are_listed_in_the_order_they_ran() -> None:
+    from orchestrator.web.story import AgentView, _ran_order
+
+    steps = ["review-10", "evaluate-1", "review-2", "draft", "review-1", "evaluate-2"]
+    views = sorted((AgentView(step=s, status="completed", stop="") for s in steps), key=_ran_order)
+    assert [v.step for v in views] == [
+        "draft",
+        "evaluate-1",
+        "review-1",
+        "evaluate-2",
+        "review-2",
+        "review-10",
+    ]
