@@ -87,15 +87,20 @@ def configure(broker_url: str, settings: GraphSettings, llm: HarnessSettings) ->
 
 
 def worker_llm() -> HarnessSettings:
-    """The model endpoint this worker process was configured with (parsed once per config)."""
+    """The model endpoint this worker process was configured with (parsed once per config;
+    every task asks, so the same configuration object answers without a look at its text)."""
     raw = app.conf.get(LLM_CONF_KEY)
+    if _last_llm and _last_llm[0] is raw:
+        return _last_llm[1]
     key = json.dumps(raw, sort_keys=True)
     if key not in _llm_cache:
         _llm_cache[key] = HarnessSettings.model_validate(raw) if raw else HarnessSettings()
+    _last_llm[:] = [raw, _llm_cache[key]]
     return _llm_cache[key]
 
 
 _llm_cache: dict[str, HarnessSettings] = {}
+_last_llm: list[Any] = []  # [the configuration object, what it parsed to]
 
 
 def connect(broker_url: str | None = None) -> Celery:

@@ -28,6 +28,7 @@ from celery.worker import WorkController
 from celery.worker import state as worker_state
 
 from orchestrator.broker import control, heartbeat
+from orchestrator.broker.pool import TaskPool
 from orchestrator.broker.redis_server import die_with_parent
 from orchestrator.errors import BrokerError
 
@@ -153,7 +154,7 @@ def _child_main(app: Celery, hostname: str, threads: int, loglevel: str, ready_f
             app=app,
             hostname=hostname,
             concurrency=threads,
-            pool="threads",
+            pool=TaskPool,  # Celery's threads pool that wakes its loop (broker/pool.py)
             loglevel=loglevel,
             without_heartbeat=False,  # Flower shows a worker as online only with heartbeats
             without_mingle=True,

@@ -203,6 +203,8 @@ class RunStore:
     def open_node(self, name: str, record: NodeRecord) -> bool:
         """Create the node's record unless it exists; True if this call created it."""
         path = self.node_path(name)
+        if path.exists():  # every ticket's task asks; only the first needs the durable create
+            return False
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=path.parent)
         try:
