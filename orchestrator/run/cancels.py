@@ -13,6 +13,7 @@ folder: the run goes on from where the cancel stopped it.
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -42,8 +43,10 @@ def record(store: RunStore, ticket: str | None, by: str, reason: str) -> Cancel:
 
 
 def of(run_dir: Path, ticket: str | None = None, whole_run: bool = True) -> Cancel | None:
-    """The cancel that stops `ticket` (the whole run's, else its own), if any. Two failed
-    opens when there is none: cheap enough before every model request."""
+    """The cancel that stops `ticket` (the whole run's, else its own), if any. One stat of
+    the folder when nothing was cancelled (`record` makes it before it writes a cancel)."""
+    if not os.path.isdir(run_dir / FOLDER):
+        return None
     for name in ([None] if whole_run or ticket is None else []) + ([ticket] if ticket else []):
         try:
             return Cancel.model_validate_json(_path(run_dir, name).read_bytes())
@@ -75,9 +78,16 @@ class Watch(CancelToken):
     def __init__(self, run_dir: Path, ticket: str | None = None) -> None:
         super().__init__()
         self.run_dir, self.ticket = run_dir, ticket
+        # Checked before every model request and tool: one stat of a string path (the folder
+        # `record` makes before it writes) when nothing was cancelled, no Path built per check.
+        self._folder = str(run_dir / FOLDER)
 
     def check(self) -> None:
         """Raise `Cancelled` if the token is set or the run (or its ticket) was cancelled."""
-        if not self.cancelled and (found := of(self.run_dir, self.ticket)) is not None:
+        if (
+            not self.cancelled
+            and os.path.isdir(self._folder)
+            and (found := of(self.run_dir, self.ticket)) is not None
+        ):
             self.cancel(found.why)
         super().check()
