@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from orchestrator.cli.options import broker_option
+from orchestrator.cli.options import broker_option, listen_options
 from orchestrator.errors import ConfigError
 from orchestrator.exit_codes import ExitCode
 
@@ -41,15 +41,7 @@ _CANNOT_LISTEN = {errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES}
 
 @click.command("flower")
 @broker_option(help_default="TICKETGRAPH_BROKER_URL, which keeps its password out of ps")
-@click.option(
-    "--address",
-    default=DEFAULT_ADDRESS,
-    show_default=True,
-    help="Address to listen on (0.0.0.0 for every interface: then put TLS in front).",
-)
-@click.option(
-    "--port", type=click.IntRange(1, 65535), default=DEFAULT_PORT, show_default=True, help="Port."
-)
+@listen_options(DEFAULT_ADDRESS, DEFAULT_PORT)
 @click.option(
     "--no-auth",
     is_flag=True,

@@ -24,6 +24,23 @@ def workspace_option(f: F) -> F:
     )(f)
 
 
+def listen_options(address: str, port: int) -> Callable[[F], F]:
+    """--address and --port of a command that serves HTTP (flower, web)."""
+
+    def add(f: F) -> F:
+        f = click.option(
+            "--port", type=click.IntRange(1, 65535), default=port, show_default=True, help="Port."
+        )(f)
+        return click.option(
+            "--address",
+            default=address,
+            show_default=True,
+            help="Address to listen on (0.0.0.0 for every interface: then put TLS in front).",
+        )(f)
+
+    return add
+
+
 def broker_option(help_default: str = "TICKETGRAPH_BROKER_URL, else embedded") -> Callable[[F], F]:
     """--broker URL."""
     return click.option("--broker", metavar="URL", help=f"Redis URL (default: {help_default}).")

@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from orchestrator.cli.flower import _cannot_listen
-from orchestrator.cli.options import broker_option, workspace_option
+from orchestrator.cli.options import broker_option, listen_options, workspace_option
 from orchestrator.errors import ConfigError, UsageError
 from orchestrator.exit_codes import ExitCode
 
@@ -20,15 +20,7 @@ DEFAULT_PORT = 8600
 
 @click.command("web")
 @workspace_option
-@click.option(
-    "--address",
-    default=DEFAULT_ADDRESS,
-    show_default=True,
-    help="Address to listen on (0.0.0.0 for every interface: then put TLS in front).",
-)
-@click.option(
-    "--port", type=click.IntRange(1, 65535), default=DEFAULT_PORT, show_default=True, help="Port."
-)
+@listen_options(DEFAULT_ADDRESS, DEFAULT_PORT)
 @click.option(
     "--allowed-host",
     "allowed_hosts",
