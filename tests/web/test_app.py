@@ -144,6 +144,8 @@ def test_requeue_through_the_form_moves_the_files_and_traces_who(
         )
         assert done.status_code == 200
         assert "inbox/T-1002.txt" in done.text and "inbox/T-1004.txt" in done.text
+        ticket_page = web.get(f"/runs/{run_id}/tickets/T-1005").text
+        assert 'name="ticket" value="T-1005"' in ticket_page  # its own requeue form
         bad = web.post(f"/runs/{run_id}/requeue", data={"csrf": token, "ticket": "../x"})
         assert bad.status_code == 400
     assert sorted(p.name for p in (workspace / "inbox").iterdir()) == ["T-1002.txt", "T-1004.txt"]
