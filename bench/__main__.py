@@ -1,7 +1,8 @@
 """`python -m bench`: ticketgraph's benchmarks side by side with its peers, against targets.
 
 Sections (`--only a,c` picks some):
-  a  N = 1,000, pool 16, 50 ms: embedded run vs the LangGraph peer vs the seed's Node script
+  a  N = 1,000, pool 16, 50 ms: embedded run vs the LangGraph peers (in memory; SQLite
+     checkpoints, durability sync) vs the seed's Node script
   b  N = 1,000, pool 32, 50 ms, distributed: 1 worker process vs 2
   c  latency 0: wall per ticket at 1,000 and 10,000; bytes per ticket; peak RSS per process
   d  the demo: fan-out ms and whole-command wall (5 runs)
@@ -35,7 +36,7 @@ from bench.figures import Verdict, table_header, table_row
 from bench.suite import Context, Options, Section, SectionRunner
 
 SECTIONS: dict[str, tuple[str, SectionRunner]] = {
-    "a": ("ticketgraph vs LangGraph vs the seed script", compare.run),
+    "a": ("ticketgraph vs LangGraph (in memory, SQLite) vs the seed script", compare.run),
     "b": ("distributed: 1 vs 2 worker processes", distributed.run_scaling),
     "c": ("scaling at latency 0: wall, disk, memory", scaling.run),
     "d": ("the demo", demo.run),

@@ -28,6 +28,7 @@ from bench.workload import Workload, build
 POOL = 16
 LATENCY_MS = 50
 QUICK_N = 100
+PEER_NAMES = {"langgraph": "LangGraph", "langgraph_sqlite": "LangGraph + SQLite checkpoints"}
 TITLE = "pool 16, 50 ms: embedded `ticketgraph run` vs LangGraph vs the seed script"
 
 
@@ -75,8 +76,17 @@ def _round(ctx: Context, llm: Provider, n: int) -> dict[str, Any]:
         peer = run_langgraph(workload.root, llm.url, POOL, ctx.timeout_s())
     peer.check(sum(workload.calls.values()), workload.tokens)
     cost = meter.cost
+    durable_workload = _fresh(ctx, n, "a-langgraph-sqlite")
+    durable = run_langgraph(durable_workload.root, llm.url, POOL, ctx.timeout_s(), durable=True)
+    durable.check(sum(durable_workload.calls.values()), durable_workload.tokens)
     seed = seed_script.run(tickets=n, pool=POOL, latency_ms=LATENCY_MS)
-    return {"ours": ours, "langgraph": peer, "langgraph_provider": cost, "seed": seed}
+    return {
+        "ours": ours,
+        "langgraph": peer,
+        "langgraph_sqlite": durable,
+        "langgraph_provider": cost,
+        "seed": seed,
+    }
 
 
 def _ours_external(ctx: Context, llm: Provider, n: int) -> tuple[OurRun, ProviderCost]:
@@ -91,6 +101,7 @@ def _round_json(r: dict[str, Any]) -> dict[str, Any]:
     return {
         "ours": r["ours"].to_json(),
         "langgraph": r["langgraph"].to_json(),
+        "langgraph_sqlite": r["langgraph_sqlite"].to_json(),
         "langgraph_provider": r["langgraph_provider"].to_json(),
         "seed_script": seed.to_json(),
     }
@@ -117,8 +128,8 @@ def _ours_walls(rounds: list[dict[str, Any]]) -> Walls:
     return Walls(median(spans), median(commands), len(ours), problem)
 
 
-def _langgraph_walls(rounds: list[dict[str, Any]]) -> Walls:
-    peers: list[PeerRun] = [r["langgraph"] for r in rounds]
+def _langgraph_walls(rounds: list[dict[str, Any]], key: str = "langgraph") -> Walls:
+    peers: list[PeerRun] = [r[key] for r in rounds]
     ok = [p for p in peers if not p.problem]
     problem = next((p.problem for p in peers if p.problem), "")
     return Walls(
@@ -138,10 +149,11 @@ def _figures(
     shape: Workload, rounds: list[dict[str, Any]], external: tuple[OurRun, ProviderCost] | None
 ) -> list[Figure]:
     """Medians over rounds, their ratios to the ideal and to the peers."""
-    ours, langgraph, seed = _ours_walls(rounds), _langgraph_walls(rounds), _seed_walls(rounds)
+    ours, seed = _ours_walls(rounds), _seed_walls(rounds)
+    peers = {key: _langgraph_walls(rounds, key) for key in PEER_NAMES}
     return [
         *_ideal_figures(shape, ours),
-        *_peer_figures(ours, langgraph, seed),
+        *_peer_figures(ours, peers, seed),
         *_provider_figures(rounds, external),
     ]
 
@@ -174,36 +186,35 @@ def _ideal_figures(shape: Workload, ours: Walls) -> list[Figure]:
     ]
 
 
-def _peer_figures(ours: Walls, langgraph: Walls, seed: Walls) -> list[Figure]:
-    """The peers' walls and ours over theirs."""
-    not_slower = Target("<=", 1.0, "ours not slower than LangGraph")
-    figures = [
-        Figure(
-            "langgraph.run_s",
-            "LangGraph: run wall (1st request→report)",
-            rounded(langgraph.run_s),
-            "s",
-            note=langgraph.problem,
-        ),
-        Figure(
-            "langgraph.process_s",
-            "LangGraph: whole process wall",
-            rounded(langgraph.process_s),
-            "s",
-        ),
-    ]
-    for key, what in (("run", "run wall"), ("process", "whole process")):
-        ratio = ratio_of(getattr(ours, f"{key}_s"), getattr(langgraph, f"{key}_s"))
-        figures.append(
+def _peer_figures(ours: Walls, peers: dict[str, Walls], seed: Walls) -> list[Figure]:
+    """Each LangGraph peer's walls (in memory; durable, with its SQLite checkpointer) and
+    ours over theirs."""
+    figures: list[Figure] = []
+    for key, peer in peers.items():
+        name = PEER_NAMES[key]
+        not_slower = Target("<=", 1.0, f"ours not slower than {name}")
+        figures += [
             Figure(
-                f"ours_over_langgraph.{key}",
-                f"ours / LangGraph, {what}",
-                rounded(ratio),
-                "×",
-                not_slower,
-                valid=not ours.problem,
+                f"{key}.run_s",
+                f"{name}: run wall (1st request→report)",
+                rounded(peer.run_s),
+                "s",
+                note=peer.problem,
+            ),
+            Figure(f"{key}.process_s", f"{name}: whole process wall", rounded(peer.process_s), "s"),
+        ]
+        for wall, what in (("run", "run wall"), ("process", "whole process")):
+            ratio = ratio_of(getattr(ours, f"{wall}_s"), getattr(peer, f"{wall}_s"))
+            figures.append(
+                Figure(
+                    f"ours_over_{key}.{wall}",
+                    f"ours / {name}, {what}",
+                    rounded(ratio),
+                    "×",
+                    not_slower,
+                    valid=not ours.problem,
+                )
             )
-        )
     return figures + _seed_figures(ours, seed)
 
 

@@ -182,10 +182,14 @@ class PeerRun:
         }
 
 
-def run_langgraph(workspace: Path, base_url: str, pool: int, timeout_s: float) -> PeerRun:
-    """The LangGraph peer as its own process, against `base_url`; wall from spawn to exit."""
+def run_langgraph(
+    workspace: Path, base_url: str, pool: int, timeout_s: float, durable: bool = False
+) -> PeerRun:
+    """The LangGraph peer as its own process, against `base_url`; wall from spawn to exit.
+    `durable`: with its SQLite checkpointer (langgraph_peer --durable)."""
     argv = [sys.executable, "-m", "bench.peers.langgraph_peer", "--workspace", str(workspace)]
     argv += ["--base-url", base_url, "--pool", str(pool), "--json"]
+    argv += ["--durable"] if durable else []
     started = time.perf_counter()
     done = subprocess.run(
         argv, cwd=REPO, env=child_env(), capture_output=True, text=True, timeout=timeout_s

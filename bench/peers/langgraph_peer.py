@@ -26,6 +26,7 @@ Timing: `wall_s` runs from the first model request being issued to the report be
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import operator
 import re
@@ -62,6 +63,8 @@ OTHER = "other"
 TEMPLATE = "template"
 ROUTE_LINE = re.compile(r"^\s*([^\s:]+)\s*:\s*(\S+)\s*$")
 REPORT_FILE = "runs/langgraph-peer/report.json"
+CHECKPOINTS = "runs/langgraph-peer/checkpoints.sqlite"
+DURABLE_PEER = "langgraph-sqlite"
 
 
 class Ticket(NamedTuple):
@@ -246,8 +249,9 @@ def to_reviews(state: GraphState) -> list[Send] | str:
     return [Send("review", item) for item in state["items"]] or "report"
 
 
-def build_graph(nodes: TicketNodes) -> CompiledStateGraph:
-    """The plan of the run: route, fan out drafts, merge, fan out reviews, report."""
+def build_graph(nodes: TicketNodes, checkpointer: Any = None) -> CompiledStateGraph:
+    """The plan of the run: route, fan out drafts, merge, fan out reviews, report (saved
+    after every step by `checkpointer`, if given)."""
     graph = StateGraph(GraphState)
     graph.add_node("route", nodes.route)
     graph.add_node("draft", nodes.draft)
@@ -260,7 +264,7 @@ def build_graph(nodes: TicketNodes) -> CompiledStateGraph:
     graph.add_conditional_edges("merge", to_reviews, ["review", "report"])
     graph.add_edge("review", "report")
     graph.add_edge("report", END)
-    return graph.compile()
+    return graph.compile(checkpointer=checkpointer)
 
 
 def node_usage(state: GraphState) -> dict[str, NodeUsage]:
@@ -315,17 +319,42 @@ def provider_stats(http: httpx.Client) -> dict[str, Any] | None:
         return None
 
 
-def run(workspace: Path, base_url: str, pool: int) -> PeerResult:
-    """Run the graph over the workspace's inbox against `base_url`; the measured result."""
+def run(workspace: Path, base_url: str, pool: int, durable: bool = False) -> PeerResult:
+    """Run the graph over the workspace's inbox against `base_url`; the measured result.
+    `durable`: every step's state is saved before the next starts (see `_durable`)."""
     started = time.perf_counter()
     config = Workspace(workspace).config()
     tickets = load_inbox(workspace / "inbox")
     with http_client(base_url) as http:
         nodes = TicketNodes(workspace, config, Chat(http, config.harness.model))
-        limits = {"max_concurrency": pool, "recursion_limit": 50}
-        state = build_graph(nodes).invoke({"tickets": tickets}, limits)
+        limits: dict[str, Any] = {"max_concurrency": pool, "recursion_limit": 50}
+        if durable:
+            state = asyncio.run(_durable(nodes, tickets, limits, workspace / CHECKPOINTS))
+        else:
+            state = build_graph(nodes).invoke({"tickets": tickets}, limits)
         stats = provider_stats(http)
-    return _result(state, nodes, started, len(tickets), pool, stats)
+    result = _result(state, nodes, started, len(tickets), pool, stats)
+    if durable:
+        result.peer = DURABLE_PEER
+    return result
+
+
+async def _durable(
+    nodes: TicketNodes, tickets: list[Ticket], limits: dict[str, Any], path: Path
+) -> GraphState:
+    """The same graph with LangGraph's SQLite checkpointer (`AsyncSqliteSaver`) and
+    durability "sync": each step's writes are committed before the next step starts, so a
+    killed run resumes from its last step (the fair peer of a system that survives a crash).
+    The sync nodes run on the event loop's thread pool, `max_concurrency` at a time."""
+    from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.unlink(missing_ok=True)
+    async with AsyncSqliteSaver.from_conn_string(str(path)) as saver:
+        graph = build_graph(nodes, saver)
+        config = {**limits, "configurable": {"thread_id": "langgraph-peer"}}
+        state = await graph.ainvoke({"tickets": tickets}, config, durability="sync")
+    return state  # type: ignore[no-any-return]
 
 
 def _result(
@@ -362,9 +391,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--base-url", required=True, help="OpenAI-compatible base URL (…/v1)")
     parser.add_argument("--pool", type=int, default=16, help="max_concurrency (default: 16)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument(
+        "--durable",
+        action="store_true",
+        help="save every step with langgraph-checkpoint-sqlite (AsyncSqliteSaver, durability sync)",
+    )
     args = parser.parse_args(argv)
     try:
-        result = run(args.workspace, args.base_url, max(1, args.pool))
+        result = run(args.workspace, args.base_url, max(1, args.pool), args.durable)
     except (PeerError, OSError, ValueError) as exc:
         print(f"langgraph peer failed: {exc}", file=sys.stderr)
         return 1

@@ -138,6 +138,26 @@ def test_a_seed_without_the_script_is_an_error() -> None:
         seed_script.extract_script("A lesson with no code in it.\n")
 
 
+def test_the_durable_langgraph_peer_reproduces_the_reference_run_and_saves_each_step(
+    demo_workspace: Path,
+) -> None:
+    pytest.importorskip("langgraph.checkpoint.sqlite")
+    import sqlite3
+
+    from bench.peers import langgraph_peer
+
+    with running_provider(demo_workspace / "scenarios" / "demo.yaml") as base_url:
+        result = langgraph_peer.run(demo_workspace, base_url, 16, durable=True)
+
+    assert result.peer == langgraph_peer.DURABLE_PEER
+    assert result.nodes == REFERENCE_NODES
+    assert_reference_outcomes(result, [f"T-100{k}" for k in range(1, 7)])
+    assert result.extra["provider"]["requests"] == 11
+    with sqlite3.connect(demo_workspace / langgraph_peer.CHECKPOINTS) as db:
+        (saved,) = db.execute("select count(*) from checkpoints").fetchone()
+    assert saved >= 6  # input, route, drafts, merge, reviews, report: one per step at least
+
+
 def test_langgraph_peer_runs_the_scaled_workload(tmp_path: Path) -> None:
     pytest.importorskip("langgraph")
     workload_module = pytest.importorskip("bench.workload")
