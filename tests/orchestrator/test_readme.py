@@ -132,18 +132,24 @@ def _background() -> Iterator:
             _stop(child)
 
 
-def _flower_workers(port: int, login: tuple[str, str]) -> list[str]:
-    """The worker nodes Flower's API lists, once it answers (it may still be starting)."""
+def _flower_workers(port: int, login: tuple[str, str], expected: int = 2) -> list[str]:
+    """The worker nodes Flower's API lists, once it answers (it may still be starting) and
+    lists `expected` of them: a refresh collects the workers' replies for a second, and a
+    busy worker may answer the next one only (what it lists at the deadline otherwise)."""
     deadline = time.monotonic() + 30
     url = f"http://127.0.0.1:{port}/api/workers"
-    while True:
+    seen: list[str] = []
+    while time.monotonic() < deadline:
         try:
             refused = httpx.get(url, timeout=10)
             answer = httpx.get(url, params={"refresh": 1}, auth=login, timeout=10)
             if answer.status_code == 200 and answer.json():
                 assert refused.status_code == 401  # no login, no API
-                return list(answer.json())
+                seen = list(answer.json())
+                if len(seen) >= expected:
+                    return seen
         except httpx.TransportError:
             pass
-        assert time.monotonic() < deadline, "Flower never listed the workers"
         time.sleep(0.2)
+    assert seen, "Flower never listed the workers"
+    return seen
