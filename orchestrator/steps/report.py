@@ -54,14 +54,14 @@ def node_table(record: RunRecord) -> list[str]:
         if node is None:
             continue
         rounds = node.rounds if node.rounds is not None else "-"
-        cost = _usd(node.cost_usd, node.estimated)
+        cost = usd(node.cost_usd, node.estimated)
         status = _node_status(record, node)
         lines.append(
             _row([name, f"{node.ms}ms", node.calls, node.tokens, rounds, status, cost], widths)
         )
     total = sum(n.cost_usd for n in record.nodes.values())
     estimated = sum(n.estimated for n in record.nodes.values())
-    lines.append(f"Cost of the run: {_usd(total, estimated)}" + _estimated_note(estimated))
+    lines.append(f"Cost of the run: {usd(total, estimated)}" + _estimated_note(estimated))
     return lines
 
 
@@ -72,7 +72,7 @@ def _node_status(record: RunRecord, node: NodeRecord) -> str:
     return "crashed" if record.status is RunPhase.CRASHED else "stopped"
 
 
-def _usd(amount: float, estimated: int = 0) -> str:
+def usd(amount: float, estimated: int = 0) -> str:
     """Dollars to the hundredth of a cent, with `~` when some usage was our own count."""
     return f"{'~' if estimated else ''}${amount:.4f}"
 
@@ -95,7 +95,7 @@ def ticket_table(record: RunRecord) -> list[str]:
         spent = t.draft + t.review
         cells = [ticket_id, t.category or "-", t.handler or "-", t.gate_rounds, t.stop or "-"]
         cells.append(t.status.value)
-        lines.append(_row([*cells, _usd(spent.cost_usd, spent.estimated)], widths))
+        lines.append(_row([*cells, usd(spent.cost_usd, spent.estimated)], widths))
     return lines
 
 

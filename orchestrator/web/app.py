@@ -38,6 +38,7 @@ from starlette.templating import Jinja2Templates
 
 from orchestrator.errors import GraphError, RunStateError, UsageError
 from orchestrator.run import ids, store
+from orchestrator.steps import report
 from orchestrator.web import login, metrics, story
 from orchestrator.web.catalog import Catalog, RunRow, TicketRow
 
@@ -101,7 +102,7 @@ def _environment() -> jinja2.Environment:
         autoescape=True,  # every template, whatever its name
         undefined=jinja2.StrictUndefined,
     )
-    env.filters["usd"] = lambda v: "-" if v is None else f"${v:.4f}"
+    env.filters["usd"] = lambda v: "-" if v is None else report.usd(v)  # as the report shows it
     env.filters["seconds"] = lambda v: "-" if v is None else f"{v:.1f} s"
     return env
 
