@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
@@ -111,14 +111,24 @@ def verdict_of(status: str, exit_code: int | None) -> Verdict:
 
 def duration_s(record: RunRecord) -> float | None:
     """Seconds from the run's start to its last update (None if a time cannot be read)."""
+    return seconds_between(record.started_at, record.updated_at)
+
+
+def seconds_between(start: str, end: str | None) -> float | None:
+    """Seconds from one ISO time of a run's files to another (None: to now); None if a time
+    cannot be read."""
     try:
-        start, end = (
-            datetime.fromisoformat(t.replace("Z", "+00:00"))
-            for t in (record.started_at, record.updated_at)
+        began = datetime.fromisoformat(start.replace("Z", "+00:00"))
+        until = (
+            datetime.now(UTC) if end is None else datetime.fromisoformat(end.replace("Z", "+00:00"))
         )
     except ValueError:
         return None
-    return round((end - start).total_seconds(), 3)
+    return round((until - began).total_seconds(), 3)
+
+
+def _moment(stamp: str) -> datetime:
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00"))
 
 
 def document(record: RunRecord, exit_code: int | None = None) -> dict[str, Any]:

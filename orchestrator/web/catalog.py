@@ -14,13 +14,12 @@ import os
 import threading
 import time
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from pydantic_core import from_json
 
-from orchestrator.cli.status import verdict_of
+from orchestrator.cli.status import seconds_between, verdict_of
 from orchestrator.errors import RunStateError
 from orchestrator.run import ids
 from orchestrator.run.records import TicketStatus, spent
@@ -346,21 +345,7 @@ def _row(run_id: str, meta: dict[str, Any], totals: dict[str, Any]) -> RunRow:
         tokens=int(totals.get("tokens", 0)),
         cost_usd=float(totals.get("cost_usd", 0.0)),
         budget_usd=config.get("run_budget_usd"),
-        duration_s=_seconds(started, ended),
+        duration_s=seconds_between(started, ended),
         cancelled=meta.get("cancel") is not None,
         error=meta.get("error"),
     )
-
-
-def _seconds(start: str, end: str | None) -> float | None:
-    """Seconds from `start` to `end` (None: to now); None if a time cannot be read."""
-    try:
-        began = datetime.fromisoformat(start.replace("Z", "+00:00")).timestamp()
-        until = (
-            time.time()
-            if end is None
-            else datetime.fromisoformat(end.replace("Z", "+00:00")).timestamp()
-        )
-    except ValueError:
-        return None
-    return round(until - began, 3)
