@@ -293,3 +293,27 @@ def test_agent_runs_are_listed_in_the_order_they_ran() -> None:
         "review-2",
         "review-10",
     ]
+
+
+def test_a_waiting_call_is_rejected_through_the_form_with_its_reason(tmp_path: Path) -> None:
+    from orchestrator.workspace import init_demo
+    from tests.orchestrator.conftest import write_scenarios
+    from tests.orchestrator.test_approvals import _with_refund
+
+    workspace = tmp_path / "reject"
+    init_demo(workspace)
+    write_scenarios(workspace / "scenarios" / "demo.yaml", _with_refund(39900))
+    assert run_cli("run", "--quiet", cwd=workspace).returncode == 1
+    run_id = run_id_of(workspace)
+    url = f"/runs/{run_id}/tickets/T-1001"
+    with client(workspace) as web:
+        token = csrf_of(web.get(url).text)
+        form = {"csrf": token, "call_id": "call_r1", "decision": "reject"}
+        assert web.post(f"{url}/decide", data=form).status_code == 400  # a reason is needed
+        done = web.post(f"{url}/decide", data={**form, "reason": "not in policy"})
+        assert done.status_code == 200 and "rejected:" in done.text
+        assert f"rejected by {USER} (web)" in done.text and "not in policy" in done.text
+    made = [json.loads(p.read_text()) for p in (workspace / "runs" / run_id).glob("decisions/*")]
+    assert [(d["approved"], d["by"], d["reason"]) for d in made] == [
+        (False, f"{USER} (web)", "not in policy")
+    ]
