@@ -133,9 +133,12 @@ def test_a_ticket_shows_both_gate_reports_and_customer_html_as_text(
         assert page.locator(f"tr[data-run='{run_id}']").count() == 1
         page.screenshot(path=str(folder / "web-runs.png"), full_page=True)
         page.click(f"a[href='/runs/{run_id}']")
+        page.wait_for_url(f"**/runs/{run_id}")
         page.wait_for_selector("table.tickets")
         page.screenshot(path=str(folder / "web-run.png"), full_page=True)
         page.click(f"a[href='/runs/{run_id}/tickets/T-1004']")
+        page.wait_for_url(f"**/runs/{run_id}/tickets/T-1004")  # count() does not wait for it
+        page.wait_for_selector("tr.gate-round")
         rounds = page.locator("tr.gate-round")
         assert rounds.count() == 2
         for k in range(2):
