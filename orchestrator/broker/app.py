@@ -27,6 +27,12 @@ CELERY_BROKER_VARIABLES = ("CELERY_BROKER_URL", "CELERY_BROKER_READ_URL", "CELER
 log = logging.getLogger(__name__)
 
 
+def restore_mutex_s(settings: GraphSettings) -> int:
+    """How long the restore lock outlives a holder that died: two restore intervals, at
+    least 5 s."""
+    return max(5, 2 * settings.restore_interval_s)
+
+
 def configure(broker_url: str, settings: GraphSettings, llm: HarnessSettings) -> Celery:
     """Point the app at a broker and set the delivery guarantees every run relies on;
     `ConfigError` (one sentence) for a URL that is not a Redis broker's."""
@@ -41,6 +47,11 @@ def configure(broker_url: str, settings: GraphSettings, llm: HarnessSettings) ->
         "visibility_timeout": settings.visibility_timeout_s,
         "unacked_restore_interval": settings.restore_interval_s,
         "unacked_restore_throttle": 1,
+        # Each restore runs under a Redis lock (milliseconds of work). A worker killed while
+        # holding it leaves it to expire: kombu's 300 s stalled every restore, so a killed
+        # worker's ticket waited five minutes (the crash soak, 2026-12-01). A restore run
+        # twice at once only brings a message back twice, which hold and fences absorb.
+        "unacked_mutex_expire": restore_mutex_s(settings),
     }
     url, transport_class = connection_args(broker_url)
     conf: dict[str, Any] = {

@@ -203,3 +203,55 @@ def test_a_killed_workers_ticket_comes_back_within_a_minute_and_a_slow_one_runs_
     assert ticket_rows(state(demo)) == REFERENCE_TICKETS
     logs = (tmp_path / "k1.log").read_text() + (tmp_path / "k2.log").read_text()
     assert logs.count(f"orchestrator.draft[{slow['id']}] received") == 1
+
+
+def _transport_options(broker_url: str) -> list[dict[str, Any]]:
+    """Each live worker's broker transport options, as it reports its own configuration."""
+    control = Celery(broker=broker_url)
+    try:
+        confs = control.control.inspect(timeout=2).conf() or {}
+    finally:
+        control.close()
+    return [dict(conf.get("broker_transport_options") or {}) for conf in confs.values()]
+
+
+@pytest.mark.timeout(300)
+def test_a_worker_killed_holding_the_restore_lock_delays_a_ticket_seconds_not_minutes(
+    tmp_path: Path, demo: Path
+) -> None:
+    """Workers bring back a dead worker's messages under one Redis lock, taken for a few
+    milliseconds every restore interval; a worker SIGKILLed inside that window leaves the
+    lock to expire (the crash soak hit it once in 30 kills). Here the lock is left held as
+    that dead worker leaves it (with the expiry the workers report they set), the worker
+    drafting T-1002 is killed, and T-1002 must still come back within visibility timeout +
+    that expiry, and the run end with the reference verdicts. kombu's own expiry, 300 s,
+    stalled the run for five minutes."""
+    scenario = _slow_scenarios(tmp_path, 60, **{"T-1002#1": 3_000})
+    with RedisServer(tcp=True) as redis, running_provider(scenario) as llm:
+        env = {
+            "TICKETGRAPH_BROKER_URL": redis.url,
+            "LLM_BASE_URL": llm,
+            "TICKETGRAPH_VISIBILITY_TIMEOUT_S": "6",
+            "TICKETGRAPH_RESTORE_INTERVAL_S": "1",
+        }
+        with worker_processes(env, tmp_path, ["m1", "m2"], threads=1):
+            options = _transport_options(redis.url)
+            assert len(options) == 2
+            # What a worker sets when it takes the lock (kombu's default where it sets none).
+            expiries = {o.get("unacked_mutex_expire", 300) for o in options}
+            (expiry,) = expiries
+            run = _start_run(demo, env, tmp_path / "run.log")
+            _wait_for(lambda: _stats(llm)["scripts"].get("T-1002#1") == 1, 60, "T-1002 drafting")
+            (victim,) = _running(redis.url, "T-1002")
+            # A worker that died holding the lock: kombu's lock, taken and never released.
+            client = redis.client()
+            lock = client.lock("unacked_mutex", timeout=expiry)
+            assert lock.acquire(blocking=True, blocking_timeout=5)  # between two restores
+            os.kill(victim["worker_pid"], signal.SIGKILL)
+            killed_at = time.monotonic()
+            _wait_for(lambda: not _running(redis.url, "T-1002"), 30, "T-1002's worker to die")
+            back_at = _wait_for(lambda: bool(_running(redis.url, "T-1002")), 90, "redelivery")
+            assert back_at - killed_at < 6 + expiry + 10
+            assert run.wait(120) == 1, (tmp_path / "run.log").read_text()[-3000:]
+    assert expiry <= 10
+    assert ticket_rows(state(demo)) == REFERENCE_TICKETS
