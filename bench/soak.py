@@ -13,9 +13,13 @@ worker process is SIGKILLed at a point that cycles through:
   review  a process with a task running, once the review node has started
 
 and the trial counts: tickets left without a verdict (lost: must be 0), refund effects
-done twice for one call (must be 0), verdicts that differ from the reference run, and the
-gap between the requests the provider served and the calls the run recorded (at most the
-requests in flight at the kill, which were paid and then lost with the process).
+done twice for one call (must be 0), model turns recorded twice (the same agent's turn
+traced as `turn` twice: a reply that was saved and then paid again; must be 0), verdicts
+that differ from the reference run, and the gap between the requests the provider served
+and the calls the run recorded. The gap is the requests paid and then lost with the
+process: those in flight at the kill (the provider's count, read just before and just
+after the kill, the larger of the two) and any reply the process had received but not yet
+saved, which no outside count sees; it is reported, and checked against in flight.
 
 `--mode stall` stops instead of killing: a worker process with a task running (during
 drafting, or during review: the points alternate) gets SIGSTOP and stays stopped past the
@@ -79,6 +83,7 @@ class Trial:
     wrong_verdicts: int
     refunds: int
     refunds_twice: int
+    turns_twice: int
     write_interrupted: bool
     served: int
     recorded: int
@@ -225,8 +230,8 @@ def _kill(
         refund = lambda e: e["event"] == "tool_start" and e["tool"] == "request_refund"  # noqa: E731
         while time.monotonic() < deadline:
             if (start := trace.find(refund)) is not None:
-                os.kill(start["pid"], signum)
-                return start["pid"], llm.stats()["in_flight"]  # killed calls stay open a while
+                # Killed at once (no read first): the write must not finish meanwhile.
+                return start["pid"], _kill_counted(start["pid"], signum, llm, first=False)
         return None, 0
     if point == "model":
         while time.monotonic() < deadline and not trace.find(lambda e: e["event"] == "routed"):
@@ -240,10 +245,18 @@ def _kill(
     busy = _busy_pids(broker) or _children(workers)
     if not busy:
         return None, 0
-    in_flight = llm.stats()["in_flight"]
     pid = rng.choice(busy)
+    return pid, _kill_counted(pid, signum, llm)
+
+
+def _kill_counted(pid: int, signum: signal.Signals, llm: Provider, first: bool = True) -> int:
+    """Send `signum` to `pid`; the requests in flight at that moment. Read before (unless
+    not `first`) and after: a request sent while the first read was on its way is open at
+    the kill and counted by the second (the killed process's calls stay open at the
+    provider for their latency)."""
+    before = llm.stats()["in_flight"] if first else 0
     os.kill(pid, signum)
-    return pid, in_flight
+    return max(before, llm.stats()["in_flight"])
 
 
 class _Trace:
@@ -330,6 +343,7 @@ def _count(
         wrong_verdicts=wrong,
         refunds=len(lines),
         refunds_twice=sum(c > 1 for c in per_call.values()),
+        turns_twice=turns_twice(_events(run_dir / "run.jsonl")),
         write_interrupted=interrupted,
         served=llm.stats()["requests"] - before,
         recorded=recorded,
@@ -337,10 +351,25 @@ def _count(
     )
 
 
+def turns_twice(events: list[dict[str, Any]]) -> int:
+    """Model turns traced twice by one agent: a `turn` is traced after its reply is saved,
+    and an agent's id and turn count are saved with it, so a second `turn` event with the
+    same (agent, turn) is a saved reply that was paid for again."""
+    turns = Counter((e["agent_run_id"], e["turn"]) for e in events if e["event"] == "turn")
+    return sum(c > 1 for c in turns.values())
+
+
+def _events(trace: Path) -> list[dict[str, Any]]:
+    """Every complete line of a run.jsonl."""
+    lines = trace.read_bytes().splitlines() if trace.exists() else []
+    return [json.loads(line) for line in lines if line.strip()]
+
+
 def _line(t: Trial) -> str:
     return (
         f"trial {t.index:2d} {t.point:6s} killed={t.killed!s:5s} exit={t.exit_code} "
         f"lost={t.lost} wrong={t.wrong_verdicts} refunds={t.refunds} twice={t.refunds_twice} "
+        f"turns_twice={t.turns_twice} "
         f"write_interrupted={t.write_interrupted!s:5s} served={t.served} recorded={t.recorded} "
         f"gap={t.gap} in_flight_at_kill={t.in_flight_at_kill} "
         f"{'stalled ' if t.stalled else ''}records_changed={t.records_changed} {t.seconds}s"
@@ -355,6 +384,7 @@ def summary(trials: list[Trial]) -> dict[str, Any]:
         "by_point": dict(Counter(t.point for t in trials if t.killed)),
         "lost_tickets": sum(t.lost for t in trials),
         "refunds_done_twice": sum(t.refunds_twice for t in trials),
+        "turns_paid_twice": sum(t.turns_twice for t in trials),
         "writes_interrupted_mid_call": sum(t.write_interrupted for t in trials),
         "wrong_verdicts": sum(t.wrong_verdicts for t in trials),
         "exit_codes": dict(Counter(str(t.exit_code) for t in trials)),
@@ -392,6 +422,7 @@ def main(argv: list[str] | None = None) -> int:
     bad = (
         totals["lost_tickets"]
         or totals["refunds_done_twice"]
+        or totals["turns_paid_twice"]
         or totals["gap_over_in_flight"]
         or totals["finished_records_changed"]
     )

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.soak import POINTS, STALL_POINTS, run_trials, summary
+from bench.soak import POINTS, STALL_POINTS, run_trials, summary, turns_twice
 
 
 @pytest.mark.slow
@@ -19,6 +19,7 @@ def test_killed_workers_lose_no_ticket_and_repeat_no_write(tmp_path: Path) -> No
     assert totals["killed"] == len(POINTS), totals  # every trial reached its kill point
     assert totals["lost_tickets"] == 0, totals
     assert totals["refunds_done_twice"] == 0, totals
+    assert totals["turns_paid_twice"] == 0, totals  # no saved model turn was paid again
     assert totals["wrong_verdicts"] == 0, totals
     assert totals["exit_codes"] == {"1": len(POINTS)}, totals
     # What a kill costs: the calls in flight in the killed process, paid and never recorded.
@@ -37,7 +38,16 @@ def test_stalled_workers_woken_after_the_run_change_no_finished_ticket(tmp_path:
     assert totals["lost_tickets"] == 0, totals
     assert totals["refunds_done_twice"] == 0, totals
     assert totals["finished_records_changed"] == 0, totals
+    assert totals["turns_paid_twice"] == 0, totals
     assert totals["wrong_verdicts"] == 0, totals
     assert totals["exit_codes"] == {"1": len(STALL_POINTS)}, totals
     for trial in trials:
         assert 0 <= trial.gap <= trial.in_flight_at_kill, trial
+
+
+def test_a_saved_turn_paid_again_is_counted() -> None:
+    """The soak's direct check of the durability rule sees a repeated turn (and only that)."""
+    turn = lambda agent, n: {"event": "turn", "agent_run_id": agent, "turn": n}  # noqa: E731
+    once = [turn("h-a", 1), turn("h-a", 2), turn("h-b", 1), {"event": "settled"}]
+    assert turns_twice(once) == 0
+    assert turns_twice([*once, turn("h-a", 2)]) == 1
