@@ -4,25 +4,9 @@ from __future__ import annotations
 
 import ctypes
 import os
-import tempfile
+import secrets
 from collections.abc import Iterable
 from pathlib import Path
-
-
-def _read_umask() -> int:
-    """This process's umask, read without changing it (os.umask sets it, racing threads)."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("Umask:"):
-                return int(line.split()[1], 8)
-    except OSError:
-        pass
-    current = os.umask(0o022)  # no /proc: read it by setting it back at once, at import
-    os.umask(current)
-    return current
-
-
-_UMASK = _read_umask()
 
 try:
     _LIBC: ctypes.CDLL | None = ctypes.CDLL(None, use_errno=True)
@@ -69,25 +53,64 @@ def write_many(items: Iterable[tuple[Path, str]]) -> None:
 
 
 def _write_temp(target: Path, text: str, fsync: bool) -> Path:
-    """`text` in a new temp file beside `target`, flushed to disk if `fsync`."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    """`text` in a new temp file beside `target`, flushed to disk if `fsync`.
+
+    Plain descriptor calls, not `tempfile` and a file object: a file object costs four more
+    system calls (fstat, isatty, lseek), each of which hands the GIL to another thread, and
+    `os.open`'s mode already honours the umask. The folder is made only if it is missing.
+    """
+    data = text.encode("utf-8")
+    made = False
+    while True:
+        tmp = target.parent / f".{target.name}.{secrets.token_hex(4)}.tmp"
+        try:
+            fd = os.open(tmp, _CREATE, 0o666)
+        except FileNotFoundError:
+            if made:
+                raise
+            target.parent.mkdir(parents=True, exist_ok=True)
+            made = True
+            continue
+        except FileExistsError:  # another writer's name: draw again
+            continue
+        break
     try:
-        os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp makes 0600; a written file honours the umask
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            if fsync:
-                handle.flush()
-                os.fsync(handle.fileno())
-    except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
-        if exc.filename is None:  # a failed write() names no file: say which one it was
-            raise OSError(exc.errno, exc.strerror, str(target)) from exc
-        raise
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        if fsync:
+            os.fsync(fd)
+    except OSError as exc:  # a failed write() or fsync() names no file: say which one
+        os.close(fd)
+        tmp.unlink(missing_ok=True)
+        raise OSError(exc.errno, exc.strerror, str(target)) from exc
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        os.close(fd)
+        tmp.unlink(missing_ok=True)
         raise
-    return Path(tmp)
+    os.close(fd)
+    return tmp
+
+
+_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+
+
+def read_bytes(path: str | os.PathLike[str]) -> bytes:
+    """A whole file's bytes with a descriptor: open, read, close (a file object adds fstat,
+    isatty and lseek calls, each a hand-off of the GIL)."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        chunks = []
+        while chunk := os.read(fd, _CHUNK):
+            chunks.append(chunk)
+            if len(chunk) < _CHUNK:  # a regular file returned less: at its end
+                break
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+_CHUNK = 1 << 16
 
 
 def _fsync_path(path: Path) -> None:

@@ -6,7 +6,6 @@ resumed in another process; approval and resume are the same code path (see `pen
 
 from __future__ import annotations
 
-import json
 import uuid
 from enum import StrEnum
 from pathlib import Path
@@ -14,6 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from workers import atomic
 from workers.fence import UNFENCED, Fence
 from workers.usage import RunUsage
 
@@ -103,7 +103,7 @@ class RunState(BaseModel):
     @classmethod
     def load(cls, path: str | Path) -> RunState:
         """Read a state saved by `save`."""
-        return cls.model_validate(json.loads(Path(path).read_text(encoding="utf-8")))
+        return cls.model_validate_json(atomic.read_bytes(path))
 
 
 def new_run(system: str, task: str, model: str = "scripted") -> RunState:

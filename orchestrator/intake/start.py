@@ -49,12 +49,12 @@ def start(workspace: Workspace, settings: GraphSettings, plan: Plan) -> RunStore
         shutil.rmtree(store.dir)
         return None
     tickets, rejected = _sort_claimed(workspace, store, claimed, limits)
-    _write_tickets(store, tickets)
+    records = _write_tickets(store, tickets)
     store.write_meta(_meta(workspace, store, run_config, rejected))
     trace = store.tracer(node="inbox")
     for file in rejected:
         trace.emit("rejected", file=file.file, kind=file.kind, reason=file.reason)
-    store.materialise()
+    store.materialise(records)
     workspace.out.mkdir(parents=True, exist_ok=True)
     link_latest(workspace.root, store)
     return store
@@ -85,8 +85,8 @@ def _sort_claimed(
     return tickets, [claims.quarantine(workspace, store, r) for r in rejections]
 
 
-def _write_tickets(store: RunStore, tickets: list[inbox.Ticket]) -> None:
-    """Each ticket's text and first record, in one flush."""
+def _write_tickets(store: RunStore, tickets: list[inbox.Ticket]) -> dict[str, TicketRecord]:
+    """Each ticket's text and first record, in one flush; the records."""
     source = os.path.relpath(store.claimed_dir, store.dir.parent.parent)
     records = {
         t.id: TicketRecord(
@@ -102,6 +102,7 @@ def _write_tickets(store: RunStore, tickets: list[inbox.Ticket]) -> None:
         [(store.ticket_path(t.id), t.text + "\n") for t in tickets]
         + [(store.record_path(i), r.model_dump_json()) for i, r in records.items()]
     )
+    return records
 
 
 def _meta(

@@ -33,7 +33,7 @@ from orchestrator.plan import canvas, events, fanout, keys
 from orchestrator.plan.steps import PLAN, Plan, Step
 from orchestrator.run import cancels, ending, ids, lease
 from orchestrator.run.fence import EpochFence, path
-from orchestrator.run.records import CANCELLED, RunPhase
+from orchestrator.run.records import CANCELLED, RunPhase, TicketRecord
 from orchestrator.run.store import RunStore
 from orchestrator.steps import declarations
 from orchestrator.steps.agent import TIME_LIMIT, shared_client
@@ -235,13 +235,18 @@ def _held(ctx: Context, step: Step, ticket_id: str, hand_on: Callable[[], None])
     """Take the ticket's newest epoch, run the step through it, hand the slot on; a step
     already done (this is a redelivery after its verdict) is only handed on."""
     store = ctx.store
-    held = EpochFence.take_if(
-        path(store.dir, ticket_id), lambda: store.ticket(ticket_id).status is step.takes
-    )
+    seen: list[TicketRecord] = []
+
+    def may_take() -> bool:  # under the ticket's fence lock: what it is now
+        seen[:] = [store.ticket(ticket_id)]
+        return seen[0].status is step.takes
+
+    held = EpochFence.take_if(path(store.dir, ticket_id), may_take)
     if held is None:
         hand_on()
         return store.ticket(ticket_id).status.value
     ctx.store = store.fenced(held)
+    ctx.store.keep(ticket_id, seen[0])  # read under the lock it now holds: current
     ctx.open_node()
     if (differ := declarations.mismatch(Path(ctx.meta.workspace), ctx.meta.config)) is not None:
         # Another version of the tools or checks than the run's: draft nothing with them.

@@ -27,6 +27,7 @@ import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from workers import atomic
 from workers.errors import Superseded
 from workers.fence import Fence
 
@@ -88,7 +89,7 @@ class EpochFence(Fence):
     def newest(self) -> int:
         """The epoch of the newest copy (read without the lock: for a check, not a write)."""
         try:
-            return int(self.file.read_bytes().strip() or 0)
+            return int(atomic.read_bytes(self.file).strip() or 0)
         except FileNotFoundError:
             return 0
 

@@ -27,6 +27,7 @@ from pydantic import BaseModel, ValidationError
 from orchestrator.errors import RunStateError, UsageError
 from orchestrator.run import ids
 from orchestrator.run.records import NodeRecord, RunMeta, RunRecord, TicketRecord
+from workers import atomic
 from workers.fence import UNFENCED, Fence
 from workers.trace import Tracer, now_iso
 
@@ -54,6 +55,12 @@ class RunStore:
         ids.run(self.dir.name)  # a path from a message or a state file: a plain run folder
         # Every write goes through it: a task's copy that was superseded writes nothing.
         self.fence = fence
+        # A fenced store is one task's hold: a per-ticket step's on its ticket, a whole-run
+        # step's on every record. Nobody else writes what it holds meanwhile, so it keeps
+        # each record it read or wrote (as JSON: each read parses a fresh copy) instead of
+        # reading the file again. An unfenced store (the CLI's, `status`) always reads the
+        # files: workers write them meanwhile.
+        self._records: dict[str, str] | None = None if fence is UNFENCED else {}
 
     def fenced(self, fence: Fence) -> RunStore:
         """The same run, written through `fence` (one delivery's hold, fence.py)."""
@@ -163,9 +170,16 @@ class RunStore:
     def ticket(self, ticket_id: str) -> TicketRecord:
         """One ticket's record; `RunStateError` naming the ticket and the file if it is gone
         (the run folder was damaged: the run must not go on as if it had fewer tickets)."""
+        if self._records is not None and (kept := self._records.get(ticket_id)) is not None:
+            return TicketRecord.model_validate_json(kept)
         path = self.record_path(ticket_id)
         try:
-            return _load(TicketRecord, path)
+            if self._records is None:
+                return _load(TicketRecord, path)
+            data = _read(path)
+            record = _parse(TicketRecord, data, path)
+            self._records[ticket_id] = data.decode("utf-8")
+            return record
         except RunStateError:
             if path.exists():
                 raise
@@ -175,13 +189,25 @@ class RunStore:
                 f"{ticket_id}` to run it again in a new run)"
             ) from None
 
+    def keep(self, ticket_id: str, record: TicketRecord) -> None:
+        """Hold on to `record` as the ticket's current record (a fenced store: its holder
+        read it under the fence it now holds)."""
+        if self._records is not None:
+            self._records[ticket_id] = record.model_dump_json()
+
     def save_ticket(self, ticket_id: str, record: TicketRecord) -> None:
         """Write one ticket's record (its holder is the only writer)."""
-        self.write(self.record_path(ticket_id), record.model_dump_json())
+        text = record.model_dump_json()
+        self.write(self.record_path(ticket_id), text)
+        if self._records is not None:
+            self._records[ticket_id] = text
 
     def save_tickets(self, records: dict[str, TicketRecord]) -> None:
         """Write many tickets' records with one flush (a single-writer step: route, claim)."""
-        self.write_many((self.record_path(i), r.model_dump_json()) for i, r in records.items())
+        texts = {ticket_id: record.model_dump_json() for ticket_id, record in records.items()}
+        self.write_many((self.record_path(i), text) for i, text in texts.items())
+        if self._records is not None:
+            self._records.update(texts)
 
     def ticket_ids(self) -> list[str]:
         """Every ticket of the run, sorted: those it claimed (their texts) and those with a
@@ -275,14 +301,26 @@ def _names(folder: Path, suffix: str) -> set[str]:
 
 def _load(model: type[M], path: Path) -> M:
     """A record file parsed as `model`; `RunStateError` if missing or corrupt."""
+    return _parse(model, _read(path), path)
+
+
+def _read(path: Path) -> bytes:
+    """A record file's bytes; `RunStateError` if it is missing."""
     try:
-        return model.model_validate(json.loads(path.read_bytes()))
+        return atomic.read_bytes(path)
     except FileNotFoundError as exc:
         raise RunStateError(f"no run state at {path}") from exc
-    except ValidationError as exc:  # before ValueError: it is one, with many lines
+
+
+def _parse(model: type[M], data: bytes, path: Path) -> M:
+    """A record file's bytes parsed as `model`; `RunStateError` if corrupt."""
+    try:
+        return model.model_validate_json(data)
+    except ValidationError as exc:
+        if exc.errors()[0]["type"] == "json_invalid":
+            error = exc.errors()[0]["msg"]
+            raise RunStateError(f"corrupt run state at {path}: not JSON ({error})") from None
         raise RunStateError(f"corrupt run state at {path}: {_first_error(exc)}") from None
-    except ValueError as exc:
-        raise RunStateError(f"corrupt run state at {path}: not JSON ({exc})") from None
 
 
 def _first_error(exc: ValidationError) -> str:

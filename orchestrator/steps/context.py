@@ -25,6 +25,7 @@ from orchestrator.run.records import (
     WaitingCall,
 )
 from orchestrator.run.store import RunStore
+from workers import atomic
 from workers.cancel import CancelToken
 from workers.settings import HarnessSettings
 from workers.state import Interruption
@@ -56,7 +57,7 @@ class Context:
 
     def ticket_text(self, ticket_id: str) -> str:
         """The ticket's text as claimed into the run folder."""
-        return self.store.ticket_path(ticket_id).read_text(encoding="utf-8")
+        return atomic.read_bytes(self.store.ticket_path(ticket_id)).decode("utf-8")
 
     # --- the step's node --------------------------------------------------------------------
 
