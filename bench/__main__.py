@@ -9,6 +9,8 @@ Sections (`--only a,c` picks some):
   e  broker bytes per task message with 1 KB and 100 KB drafts
   f  harness overhead per turn
   g  the web view: server time of a 10,000-ticket run page and of a 1,000-run list
+  h  the fleet regime: N = 10,000, pool 512, 2 s calls: embedded run vs LangGraph, requests
+     in flight, peak RSS and threads per process
 
 Every figure is printed with its target, value / target and PASS or MISS (a figure without a
 target is a reference); the load average and CPU steal of each section, and the machine,
@@ -31,7 +33,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from bench import compare, demo, distributed, harness_overhead, machine, scaling, web
+from bench import compare, demo, distributed, fleet, harness_overhead, machine, scaling, web
 from bench.figures import Verdict, table_header, table_row
 from bench.suite import Context, Options, Section, SectionRunner
 
@@ -43,10 +45,11 @@ SECTIONS: dict[str, tuple[str, SectionRunner]] = {
     "e": ("broker bytes per task message", distributed.run_broker_bytes),
     "f": ("harness overhead per turn", harness_overhead.run_section),
     "g": ("the web view's server time", web.run),
+    "h": ("the fleet regime: N = 10,000, pool 512, 2 s calls", fleet.run),
 }
 # c last: its largest run is sized to what is left of the time budget.
-EXECUTION_ORDER = "fdegabc"
-FULL_BUDGET_S = 570.0
+EXECUTION_ORDER = "fdeghabc"
+FULL_BUDGET_S = 900.0
 QUICK_BUDGET_S = 60.0
 
 
@@ -59,11 +62,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--quick", action="store_true", help="small N everywhere (CI smoke)")
-    parser.add_argument("--only", default="abcdefg", help="sections to run, e.g. a,c")
+    parser.add_argument("--only", default="abcdefgh", help="sections to run, e.g. a,c")
     parser.add_argument("--n", type=int, default=1000, help="tickets in a, b and c (1,000)")
-    parser.add_argument("--big-n", type=int, default=10000, help="c's largest run (10,000)")
+    parser.add_argument(
+        "--big-n", type=int, default=10000, help="c's largest run and h's run (10,000)"
+    )
     parser.add_argument("--runs", type=int, help="runs per figure (default: per section)")
-    parser.add_argument("--budget", type=float, help="seconds for the whole suite (570; 60 quick)")
+    parser.add_argument("--budget", type=float, help="seconds for the whole suite (900; 60 quick)")
     parser.add_argument("--json", type=Path, metavar="FILE", help="write every figure here")
     parser.add_argument("--keep", action="store_true", help="keep the workspaces and logs")
     return parser.parse_args(argv)

@@ -37,10 +37,12 @@ class ProcessPeak:
     pid: int
     role: str
     vmhwm_kib: int
+    threads: int = 0  # the most threads it was seen with
 
     def to_json(self) -> dict[str, Any]:
-        """PID, role and peak in MiB."""
-        return {"pid": self.pid, "role": self.role, "peak_rss_mb": round(self.vmhwm_kib / 1024, 1)}
+        """PID, role, peak in MiB and the most threads seen."""
+        peak = round(self.vmhwm_kib / 1024, 1)
+        return {"pid": self.pid, "role": self.role, "peak_rss_mb": peak, "threads": self.threads}
 
 
 @dataclass
@@ -115,12 +117,14 @@ class TreeSampler:
     def sample(self) -> None:
         """Read VmHWM of every process in the tree now."""
         for pid in descendants(self.root) | {self.root}:
-            hwm = _vmhwm_kib(pid)
-            if hwm is None:
+            status = _status(pid)
+            if status is None:
                 continue
+            hwm, threads = status
             known = self.peaks.get(pid)
             role = known.role if known and known.role else self._role(pid)
-            self.peaks[pid] = ProcessPeak(pid, role, hwm)
+            most = max(threads, known.threads if known else 0)
+            self.peaks[pid] = ProcessPeak(pid, role, hwm, most)
 
     def _role(self, pid: int) -> str:
         """What a process of the tree is, by its command line ("" until exec has finished)."""
@@ -211,16 +215,20 @@ def _ppid(pid: int) -> int | None:
         return None
 
 
-def _vmhwm_kib(pid: int) -> int | None:
-    """VmHWM of a live process in KiB, or None if it is gone (or a zombie, with no memory)."""
+def _status(pid: int) -> tuple[int, int] | None:
+    """(VmHWM in KiB, threads) of a live process, or None if it is gone (or a zombie, with
+    no memory)."""
+    hwm = threads = None
     try:
         with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as status:
             for line in status:
                 if line.startswith("VmHWM:"):
-                    return int(line.split()[1])
+                    hwm = int(line.split()[1])
+                elif line.startswith("Threads:"):
+                    threads = int(line.split()[1])
     except (OSError, ValueError):
         return None
-    return None
+    return (hwm, threads or 0) if hwm is not None else None
 
 
 def _cmdline(pid: int) -> list[str]:

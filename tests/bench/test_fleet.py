@@ -1,0 +1,40 @@
+"""Section h (the fleet regime), small: 200 tickets at pool 512 and 2 s a call, ours and the
+LangGraph peer against one provider process. Nothing here asserts a timing: the section must
+run both, count the requests each kept in flight at the provider, and report our processes'
+peak memory and threads."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+N = 200
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_the_fleet_section_measures_in_flight_memory_and_threads(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    argv = [sys.executable, "-m", "bench", "--only", "h", "--big-n", str(N), "--json", str(out)]
+    done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=280)
+    assert done.returncode == 0, done.stdout + done.stderr
+    section = json.loads(out.read_text())["sections"]["h"]
+    assert section["error"] == "", section["error"]
+    figures = {f["key"]: f for f in section["figures"]}
+    for key in ("h.ours.wall", "h.peer.wall", "h.ours_over_langgraph", "h.ours.rss"):
+        assert figures[key]["value"] is not None and figures[key]["valid"], figures[key]
+    # Every ticket's first call goes out at once: the provider saw many in flight from each,
+    # never more than there are tickets.
+    for key in ("h.ours.in_flight", "h.peer.in_flight"):
+        assert N // 2 <= figures[key]["value"] <= N, figures[key]
+    assert figures["h.ours.in_flight"]["target"]["bound"] == 512
+    # One worker process per core, each waiting on its share of the requests on its threads.
+    per_process = N // min(os.cpu_count() or 1, N)
+    assert figures["h.ours.threads"]["value"] >= per_process // 2, figures["h.ours.threads"]
+    assert "ours: most requests in flight at the provider" in done.stdout
