@@ -1,7 +1,7 @@
 """Model requests a cancel can cut, so that the server sees them abandoned.
 
-A request runs on a helper thread (workers/client.py), blocked in its socket's read until the
-reply; a cancel used to stop only the wait for it, while the request itself went on to its
+A request blocks in its socket's read until the reply (on the task's own thread,
+workers/client.py); a cancel once stopped only the wait for it, while the request went on to its
 end (tens of seconds with a slow model), holding a thread and a connection, and the server
 went on producing a reply nobody read. Here the socket a request reads or writes is shut
 down from the cancelling thread: the read returns at once, httpcore drops the connection,

@@ -12,7 +12,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as WaitTimeout
 from typing import Any
 
@@ -187,35 +187,18 @@ class ModelClient:
         thread, so that a cancel still does not wait for its reply."""
         cancel.check()
         cut = abortable.Cut()
-        if self.cuttable:
-            forget = cancel.on_cancel(cut.cut)
-            try:
-                with abortable.cuttable(cut):
-                    return self._post(body)
-            except ProviderError:
-                if cancel.cancelled:  # the cut connection's error: the cancel is the news
-                    raise Cancelled(cancel.reason or "cancelled") from None
-                raise
-            finally:
-                forget()
 
         def send() -> httpx.Response:
             with abortable.cuttable(cut):
                 return self._post(body)
 
-        future = _requests().submit(send)
         forget = cancel.on_cancel(cut.cut)
         try:
-            while True:
-                try:
-                    return future.result(timeout=CANCEL_POLL_S)
-                except WaitTimeout:
-                    if cancel.cancelled:
-                        raise Cancelled(cancel.reason or "cancelled") from None
-                except ProviderError:
-                    if cancel.cancelled:  # the cut connection's error: the cancel is the news
-                        raise Cancelled(cancel.reason or "cancelled") from None
-                    raise
+            return send() if self.cuttable else _waited(_requests().submit(send), cancel)
+        except ProviderError:
+            if cancel.cancelled:  # the cut connection's error: the cancel is the news
+                raise Cancelled(cancel.reason or "cancelled") from None
+            raise
         finally:
             forget()
 
@@ -249,6 +232,16 @@ def _requests() -> ThreadPoolExecutor:
                 MAX_REQUEST_THREADS, thread_name_prefix="tg-request"
             )
         return pool
+
+
+def _waited(future: Future[httpx.Response], cancel: CancelToken) -> httpx.Response:
+    """The future's result, looking at `cancel` every CANCEL_POLL_S while it runs."""
+    while True:
+        try:
+            return future.result(timeout=CANCEL_POLL_S)
+        except WaitTimeout:
+            if cancel.cancelled:
+                raise Cancelled(cancel.reason or "cancelled") from None
 
 
 def _wait(state: RetryCallState) -> float:
