@@ -264,13 +264,14 @@ def test_an_undecided_call_expires_into_needs_human(demo: Path, cli: Cli) -> Non
     config = demo / CONFIG_FILE
     text = config.read_text()
     assert "expire_h = 72 " in text
-    config.write_text(text.replace("expire_h = 72 ", "expire_h = 0.0005 "))  # 1.8 s
+    # 9 s: the run and a resume (each a second or two on a loaded machine) fit before it.
+    config.write_text(text.replace("expire_h = 72 ", "expire_h = 0.0025 "))
     assert cli("run", cwd=demo).returncode == 1
     run_id = _run_id(demo)
     early = cli("resume", run_id, cwd=demo)
     assert early.returncode == 1 and "1 ticket still waits for a decision" in early.stdout
     assert state(demo)["tickets"]["T-1001"]["status"] == "awaiting_approval"
-    time.sleep(2.5)
+    time.sleep(9.5)
     late = cli("resume", run_id, cwd=demo)
     assert late.returncode == 1, late.stdout + late.stderr
     assert "expired undecided: T-1001" in late.stdout

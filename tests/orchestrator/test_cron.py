@@ -147,7 +147,9 @@ def test_resume_of_a_run_its_workers_still_run_waits_and_pays_nothing_more(
     resume refuses (75); `resume --wait` waits for them and reports the verdict."""
     with (
         RedisServer(tcp=True) as redis,
-        running_provider(_slow_demo(tmp_path / "slow.yaml", 300)) as url,
+        # 1.2 s a call: the workers still have seconds of drafting left when the resume
+        # starts (at 0.3 s a loaded machine's workers finished first, and it exited 1).
+        running_provider(_slow_demo(tmp_path / "slow.yaml", 1200)) as url,
     ):
         env = {"TICKETGRAPH_BROKER_URL": redis.url, "LLM_BASE_URL": url}
         with worker_processes(env, tmp_path, ["a"], processes=1, threads=2):
