@@ -7,6 +7,8 @@ import multiprocessing
 import os
 from pathlib import Path
 
+from orchestrator.run.fence import EpochFence
+from orchestrator.run.fence import path as fence_path
 from orchestrator.run.records import RunConfig, RunMeta, TicketRecord, TicketStatus
 from orchestrator.run.store import RunStore
 from orchestrator.steps.context import Context
@@ -116,3 +118,30 @@ def test_a_ticket_step_writes_its_own_record_and_nothing_that_grows(tmp_path: Pa
     assert os.stat(store.meta_path).st_mtime_ns == meta_before.st_mtime_ns
     assert store.ticket("T-0007").status is TicketStatus.DRAFTED
     assert store.draft_path("T-0007").read_text().startswith("Ticket T-0007 received.")
+
+
+def test_a_held_store_reads_back_its_own_records_and_an_unheld_one_reads_the_files(
+    tmp_path: Path,
+) -> None:
+    """A task's store (fenced: its hold) keeps the records it read or wrote, each read a
+    fresh copy; the CLI's (unfenced) reads the files, which workers write meanwhile."""
+    store = _new_run(tmp_path, ["T-1", "T-2"], TicketStatus.ROUTED)
+    held = store.fenced(EpochFence.take(fence_path(store.dir, "T-1")))
+    mine = held.ticket("T-1")
+    mine.status = TicketStatus.DRAFTED
+    held.save_ticket("T-1", mine)
+    # Someone else's write to the file: the holder never sees it (none happens while it
+    # holds the ticket), the CLI's store does.
+    other = TicketRecord(source="inbox/x.txt", status=TicketStatus.PASS, category="other")
+    atomic.write_text(store.record_path("T-1"), other.model_dump_json())
+    assert held.ticket("T-1").status is TicketStatus.DRAFTED
+    assert store.ticket("T-1").status is TicketStatus.PASS
+    # Each read is its own copy: changing one changes no later read.
+    held.ticket("T-1").status = TicketStatus.PASS
+    assert held.ticket("T-1").status is TicketStatus.DRAFTED
+    # A record it read once is kept too; one handed to it is what it reads.
+    assert held.ticket("T-2").status is TicketStatus.ROUTED
+    atomic.write_text(store.record_path("T-2"), other.model_dump_json())
+    assert held.ticket("T-2").status is TicketStatus.ROUTED
+    held.keep("T-2", other)
+    assert held.ticket("T-2").status is TicketStatus.PASS
