@@ -151,13 +151,18 @@ def test_a_cli_that_gives_up_on_the_broker_exits_75_and_leaves_the_run_running(
     assert ticket_rows(state(demo)) == REFERENCE_TICKETS
 
 
-def _active(broker_url: str) -> dict[str, list[dict[str, Any]]]:
-    """Celery's own view of what every worker is running (remote control over the broker)."""
+def _inspect(broker_url: str, what: str, timeout: float = 1.0) -> dict[str, Any]:
+    """Every live worker's answer to one of Celery's inspect commands, by worker name."""
     control = Celery(broker=broker_url)
     try:
-        return control.control.inspect(timeout=1.0).active() or {}
+        return getattr(control.control.inspect(timeout=timeout), what)() or {}
     finally:
         control.close()
+
+
+def _active(broker_url: str) -> dict[str, list[dict[str, Any]]]:
+    """Celery's own view of what every worker is running (remote control over the broker)."""
+    return _inspect(broker_url, "active")
 
 
 def _running(broker_url: str, ticket_id: str) -> list[dict[str, Any]]:
@@ -207,11 +212,7 @@ def test_a_killed_workers_ticket_comes_back_within_a_minute_and_a_slow_one_runs_
 
 def _transport_options(broker_url: str) -> list[dict[str, Any]]:
     """Each live worker's broker transport options, as it reports its own configuration."""
-    control = Celery(broker=broker_url)
-    try:
-        confs = control.control.inspect(timeout=2).conf() or {}
-    finally:
-        control.close()
+    confs = _inspect(broker_url, "conf", timeout=2)
     return [dict(conf.get("broker_transport_options") or {}) for conf in confs.values()]
 
 
