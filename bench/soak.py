@@ -19,7 +19,8 @@ that differ from the reference run, and the gap between the requests the provide
 and the calls the run recorded. The gap is the requests paid and then lost with the
 process: those in flight at the kill (the provider's count, read just before and just
 after the kill, the larger of the two) and any reply the process had received but not yet
-saved, which no outside count sees; it is reported, and checked against in flight.
+saved, which no outside count sees (at most one per thread): the soak fails on a gap over
+that bound, and reports one over in flight alone.
 
 `--mode stall` stops instead of killing: a worker process with a task running (during
 drafting, or during review: the points alternate) gets SIGSTOP and stays stopped past the
@@ -52,6 +53,7 @@ from celery import Celery
 from bench.services import Provider, Workers, WorkerSpec, child_env, ticketgraph
 from orchestrator.broker.redis_server import RedisServer
 from orchestrator.workspace import CONFIG_FILE, DEMO_SCENARIOS, init_demo
+from workers.trace import read as read_trace
 
 POINTS = ("model", "write", "review")
 STALL_POINTS = ("model", "review")  # `--mode stall`: where the process is stopped
@@ -350,7 +352,7 @@ def _count(
         wrong_verdicts=wrong,
         refunds=len(lines),
         refunds_twice=sum(c > 1 for c in per_call.values()),
-        turns_twice=turns_twice(_events(run_dir / "run.jsonl")),
+        turns_twice=turns_twice(read_trace(run_dir / "run.jsonl")),
         write_interrupted=interrupted,
         served=llm.stats()["requests"] - before,
         recorded=recorded,
@@ -364,12 +366,6 @@ def turns_twice(events: list[dict[str, Any]]) -> int:
     same (agent, turn) is a saved reply that was paid for again."""
     turns = Counter((e["agent_run_id"], e["turn"]) for e in events if e["event"] == "turn")
     return sum(c > 1 for c in turns.values())
-
-
-def _events(trace: Path) -> list[dict[str, Any]]:
-    """Every complete line of a run.jsonl."""
-    lines = trace.read_bytes().splitlines() if trace.exists() else []
-    return [json.loads(line) for line in lines if line.strip()]
 
 
 def _line(t: Trial) -> str:

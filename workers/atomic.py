@@ -92,13 +92,14 @@ def _write_temp(target: Path, text: str, fsync: bool) -> Path:
     return tmp
 
 
-_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _CLOEXEC
 
 
 def read_bytes(path: str | os.PathLike[str]) -> bytes:
     """A whole file's bytes with a descriptor: open, read, close (a file object adds fstat,
     isatty and lseek calls, each a hand-off of the GIL)."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    fd = os.open(path, os.O_RDONLY | _CLOEXEC)
     try:
         chunks = []
         while chunk := os.read(fd, _CHUNK):

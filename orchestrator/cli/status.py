@@ -118,10 +118,8 @@ def seconds_between(start: str, end: str | None) -> float | None:
     """Seconds from one ISO time of a run's files to another (None: to now); None if a time
     cannot be read."""
     try:
-        began = datetime.fromisoformat(start.replace("Z", "+00:00"))
-        until = (
-            datetime.now(UTC) if end is None else datetime.fromisoformat(end.replace("Z", "+00:00"))
-        )
+        began = _moment(start)
+        until = datetime.now(UTC) if end is None else _moment(end)
     except ValueError:
         return None
     return round((until - began).total_seconds(), 3)
