@@ -17,6 +17,8 @@ from workers.sandbox import Sandbox
 from workers.tools import ToolScope
 from workers.trace import Tracer
 
+DRAFT = "draft"  # the draft's agent state: agents/<ticket>.draft.json
+
 
 def draft(ctx: Context, ticket_id: str) -> str:
     """Draft one ticket; a worker that gives no answer is the ticket's verdict."""
@@ -30,7 +32,7 @@ def draft(ctx: Context, ticket_id: str) -> str:
         return _drafted(ctx, ticket_id, text, "template", StepUsage())
     handler = f"worker:{category}"
     task = prompts.draft_input(ticket_id, ctx.ticket_text(ticket_id))
-    result = worker(ctx, ticket_id, category, "draft", task, trace)
+    result = worker(ctx, ticket_id, category, DRAFT, task, trace)
     if result.waiting is not None:
         return ctx.wait_for_person(ticket_id, result.waiting, handler, result.usage)
     if not result.ok:

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import httpx
 import pytest
 
+from orchestrator.run.store import RunStore
+from orchestrator.steps.context import Context
+from orchestrator.steps.review import ReviewLoop
 from orchestrator.workspace import init_demo
 from tests.orchestrator.conftest import (
     DEMO_SCENARIOS,
@@ -25,6 +29,7 @@ from tests.orchestrator.conftest import (
     write_scenarios,
 )
 from workers.provider import running_provider
+from workers.settings import HarnessSettings
 
 
 def test_demo_run_reproduces_the_reference_table(demo: Path, cli: Cli) -> None:
@@ -332,3 +337,34 @@ def test_the_report_gives_a_person_what_to_act_on(demo: Path, cli: Cli) -> None:
     assert summary.startswith("Ticket T-1004: changing the recipient") and len(summary) == 101
     assert "      gate: filler_word:please wait a moment" in report
     assert record["tickets"]["T-1004"]["one_line"] == "Ticket T-1004: changin…"
+
+
+def test_review_finds_a_tickets_tool_results_by_name_without_listing_agents(
+    demo: Path, cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The gate's facts are the ticket and every tool result its worker runs got. Review
+    finds those runs by name: listing agents/ (every ticket's states) made each review cost
+    grow with the run's size (16 ms a review at 15,000 files)."""
+    assert cli("run", cwd=demo).returncode == 1
+    store = RunStore(demo / "runs" / state(demo)["run_id"])
+    ctx = Context(store, HarnessSettings(), "review", "review")
+    other = store.agent_path("T-1002", "draft").read_bytes()
+    store.agent_path("T-1001", "review-9").write_bytes(other)  # past max_rounds: not its own
+    listed: list[str] = []
+
+    def no_listing(path: object = ".") -> None:
+        listed.append(str(path))
+        raise AssertionError(f"review listed {path}")
+
+    monkeypatch.setattr(os, "scandir", no_listing)
+    monkeypatch.setattr(os, "listdir", no_listing)
+    loop = ReviewLoop(ctx, "T-1001", store.ticket("T-1001"), ctx.tracer())
+    facts = loop.sources.facts
+    monkeypatch.undo()
+    assert listed == []
+    assert facts[0] == ctx.ticket_text("T-1001")
+    assert any('"order_id": "A-77301"' in f or "A-77301" in f for f in facts[1:]), facts
+    t1002 = [m["content"] for m in json.loads(other)["messages"] if m.get("role") == "tool"]
+    assert t1002 and not set(t1002) & set(facts)  # another ticket's results are not its facts
+    names = [p.name for p in loop.worker_states()]
+    assert names == ["T-1001.draft.json", *(f"T-1001.review-{k}.json" for k in (1, 2, 3))]
