@@ -61,7 +61,14 @@ class Child:
 
     pid: int
     hostname: str
-    ready_fd: int
+    ready_fd: int  # -1 once closed
+
+    def close_pipe(self) -> None:
+        """Close the readiness pipe, once: a second stop after a failed one must not close
+        a descriptor number the process has since given to another file."""
+        if self.ready_fd >= 0:
+            fd, self.ready_fd = self.ready_fd, -1
+            os.close(fd)
 
 
 @dataclass
@@ -109,7 +116,7 @@ class Fleet:
             if not _reap(child.pid, deadline):
                 _signal(child.pid, signal.SIGKILL)
                 _reap(child.pid, None)
-            os.close(child.ready_fd)
+            child.close_pipe()
         self.children.clear()
 
 
@@ -239,7 +246,7 @@ def _replace(workers: Fleet, pid: int, status: int) -> None:
     if dead is None:
         return
     workers.children.remove(dead)
-    os.close(dead.ready_fd)
+    dead.close_pipe()
     code = os.waitstatus_to_exitcode(status)
     print(f"worker {dead.hostname} exited ({code}); restarting", file=sys.stderr, flush=True)
     workers.spawn(dead.hostname)

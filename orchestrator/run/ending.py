@@ -96,15 +96,18 @@ def cancelled(store: RunStore, cancel: Cancel, event: str) -> int:
     return ExitCode.STOPPED
 
 
-def crashed(store: RunStore, exc: BaseException) -> int:
-    """End the run crashed, with the error; return exit code 3.
+def crashed(store: RunStore, exc: BaseException, if_running: bool = False) -> int:
+    """End the run crashed, with the error; return exit code 3 (`if_running`: a run that
+    already ended stays as it ended, and its own exit code is returned).
 
     If the run folder itself cannot be written (the usual cause of such a crash), raise
     `RunStorageError` with both errors: the caller reports it, and `resume` works once fixed.
     """
     error = crash_text(exc)
     try:
-        return end(store, RunPhase.CRASHED, ExitCode.CRASHED, error, "run_crashed")
+        return end(
+            store, RunPhase.CRASHED, ExitCode.CRASHED, error, "run_crashed", if_running=if_running
+        )
     except OSError as unwritable:
         if isinstance(exc, RunStorageError):  # already the story of a crash left unrecorded
             raise exc from unwritable

@@ -256,3 +256,73 @@ def test_a_worker_killed_holding_the_restore_lock_delays_a_ticket_seconds_not_mi
             assert run.wait(120) == 1, (tmp_path / "run.log").read_text()[-3000:]
     assert expiry <= 10
     assert ticket_rows(state(demo)) == REFERENCE_TICKETS
+
+
+def test_stopping_workers_again_after_a_failed_stop_closes_only_their_own_pipes(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A stop that fails half way (here: reaping the second process) is followed by the
+    cluster's second stop. The first child's pipe was closed already; closing its number
+    again closed whatever file had been given that number since, or failed with EBADF."""
+    from orchestrator.broker import worker_processes as wp
+
+    fleet = wp.Fleet(app=Celery("t"), threads=1)
+    for name in ("a", "b"):
+        read_fd, write_fd = os.pipe()
+        os.close(write_fd)
+        child = subprocess.Popen(["sleep", "60"])
+        fleet.children.append(wp.Child(child.pid, name, read_fd))
+    reap, calls = wp._reap, []
+
+    def fails_on_the_second(pid: int, deadline: float | None) -> bool:
+        calls.append(pid)
+        if len(calls) == 2:
+            raise OSError("reaping failed")
+        return reap(pid, deadline)
+
+    monkeypatch.setattr(wp, "_reap", fails_on_the_second)
+    with pytest.raises(OSError, match="reaping failed"):
+        fleet.stop(graceful=False)
+    first = fleet.children[0]
+    someone_elses = os.open(tmp_path / "another file", os.O_RDWR | os.O_CREAT)
+    try:
+        fleet.stop(graceful=False)  # what the cluster's outer `finally` does
+        os.fstat(someone_elses)  # still open: the stop closed only what it owned
+    finally:
+        os.close(someone_elses)
+    assert fleet.children == [] and first.ready_fd == -1
+    for child in calls[:1]:
+        with pytest.raises(ProcessLookupError):
+            os.kill(child, 0)
+
+
+def test_a_failure_after_the_verdict_leaves_the_verdict(demo: Path) -> None:
+    """The embedded cluster fails while it is torn down, after the report recorded exit 1:
+    the run stays `done` with exit 1 (the failure is said on stderr), not crashed."""
+    failing_stop = (
+        "import errno, sys\n"
+        "from orchestrator.broker import worker_processes as wp\n"
+        "stop = wp.Fleet.stop\n"
+        "def failing(self, *a, **k):\n"
+        "    stop(self, *a, **k)\n"
+        "    raise OSError(errno.EBADF, 'Bad file descriptor')\n"
+        "wp.Fleet.stop = failing\n"
+        "from orchestrator.cli.main import main\n"
+        "sys.argv = ['ticketgraph', 'run']\n"
+        "raise SystemExit(main())\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", failing_stop],
+        cwd=demo,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    record = state(demo)
+    assert done.returncode == 1, done.stderr
+    assert record["status"] == "done" and record["exit_code"] == 1
+    assert ticket_rows(record) == REFERENCE_TICKETS
+    assert "ended: OSError: [Errno 9] Bad file descriptor" in done.stderr
+    trace = (demo / "run.jsonl").read_text()
+    assert "run_crashed" not in trace
