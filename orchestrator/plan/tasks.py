@@ -330,11 +330,14 @@ def _crashed(ctx: Context, exc: BaseException) -> None:
     """Mark the run crashed and tell its CLI, with the error in the event too: if the run
     folder cannot be written (read-only, disk full), the CLI still learns what happened."""
     error = ending.crash_text(exc)
+    # Where it happened goes to the worker's log: the record keeps one line, and an error
+    # such as EBADF names no file.
+    log.error("run %s crashed in %s: %s", ctx.store.run_id, ctx.step, error, exc_info=exc)
     try:
         ending.crashed(ctx.store, exc)
     except RunStorageError as unrecorded:
         error = str(unrecorded)
-        log.error("run %s crashed: %s", ctx.store.run_id, error)
+        log.error("run %s: the crash could not be recorded: %s", ctx.store.run_id, error)
     run_id = ctx.store.run_id
     _broker(lambda: events.publish(_redis(), run_id, "run_end", error=error), "ending a run")
 
