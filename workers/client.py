@@ -26,7 +26,7 @@ from tenacity import (
     wait_random_exponential,
 )
 
-from workers import abortable
+from workers import abortable, pool_guard
 from workers.cancel import CancelToken
 from workers.errors import Cancelled, ProviderError
 from workers.gate import Gate, Slot
@@ -86,6 +86,8 @@ class ModelClient:
         # A cancel cuts the request's connection (the server sees it abandoned); a client
         # passed in (tests) is left as it is, and waited on from a helper thread instead.
         self.cuttable = http is None and abortable.install(self.http)
+        if http is None:  # its pool must not close a connection it gave a request
+            pool_guard.guard(self.http)
 
     def close(self) -> None:
         """Close the connection pool."""

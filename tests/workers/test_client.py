@@ -11,13 +11,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import httpcore
 import httpx
 import pytest
 import yaml
 
 from orchestrator.broker.redis_server import free_port
 from workers.cancel import CancelToken
-from workers.client import ModelClient, RequestParams
+from workers.client import KEEPALIVE_S, ModelClient, RequestParams
 from workers.errors import Cancelled, ProviderError
 from workers.provider import running_provider
 from workers.settings import HarnessSettings
@@ -329,3 +330,30 @@ def test_a_local_server_without_usage_is_estimated(canned: type[_Canned]) -> Non
     with canned([FIXTURES["no_usage_answer"]]) as server:
         reply = _client(server.url).complete("m", HELLO, [])
     assert reply.message.content == "Ticket T-1001: refunded." and reply.usage.estimated
+
+
+def test_the_pool_never_closes_a_connection_it_gave_a_request(tmp_path: Path) -> None:
+    """encode/httpcore#1110: the pool gives an idle connection to a waiting request, and
+    before that request's thread starts on it, another thread's pass over the pool finds
+    it idle with its keep-alive expired and closes it (under the request, once started).
+    Here the pass runs at that moment: the given connection must stay open and pooled; an
+    expired one no request holds is still closed."""
+    from httpcore._sync.connection_pool import PoolRequest
+
+    with running_provider(_scripted(tmp_path, [])) as url:
+        client = _client(url)
+        asking = [threading.Thread(target=client.complete, args=("m", HELLO, [])) for _ in "ab"]
+        for thread in asking:  # two at once: two connections, both idle once answered
+            thread.start()
+        for thread in asking:
+            thread.join(10)
+        pool = client.http._transport._pool  # type: ignore[attr-defined]
+        given, spare = pool.connections[:2]
+        time.sleep(KEEPALIVE_S + 0.2)  # both idle past their keep-alive
+        waiting = PoolRequest(httpcore.Request("POST", f"{url}/chat/completions"))
+        waiting.assign_to_connection(given)  # the pool gave it; its thread has not run yet
+        pool._requests.append(waiting)
+        closing = pool._assign_requests_to_connections()  # another thread's pass
+        pool._requests.remove(waiting)
+        assert given not in closing and given in pool.connections and not given.is_closed()
+        assert spare in closing  # expired and held by nobody: closed as httpcore does
