@@ -40,7 +40,6 @@ from workers.wire.reply import ModelReply, RequestParams
 __all__ = ["ModelClient", "ModelReply", "RequestParams"]
 
 KEEPALIVE_S = 2.0
-MAX_CONNECTIONS = 64  # per client (one per worker process): requests in flight at once
 MAX_RETRY_WAIT_S = 30.0
 FIRST_RETRY_WAIT_S = 0.5
 # How often a caller waiting on a request looks at its cancel token.
@@ -72,15 +71,13 @@ class ModelClient:
             # Drop an idle connection before the server does: many servers (uvicorn among
             # them) close keep-alive connections after 5 s, httpx's own default, and a
             # request sent on a connection the server is closing fails without an answer.
-            # At most MAX_CONNECTIONS requests in flight per client, all kept alive (httpx's
-            # default keeps 20 of 100, so a busy worker opened a new connection per request).
-            # Without a cap, 2 processes x 256 threads at pool 512 and 2 s calls reached 339
-            # in flight and lost requests to `[Errno 9] Bad file descriptor` inside httpcore
-            # (BENCHMARKS.md, section h); a request past the cap waits for a connection.
+            # No cap of its own: requests run on the tasks' threads, so a process has at
+            # most as many in flight as it has threads, and every connection is kept alive
+            # (httpx's default keeps 20 of 100: a busy worker opened one per request). A cap
+            # of 64 held the fleet regime to 128 in flight (BENCHMARKS.md, section h) while
+            # httpcore's pool could close connections under requests (workers/pool_guard.py).
             limits=httpx.Limits(
-                max_connections=MAX_CONNECTIONS,
-                max_keepalive_connections=MAX_CONNECTIONS,
-                keepalive_expiry=KEEPALIVE_S,
+                max_connections=None, max_keepalive_connections=None, keepalive_expiry=KEEPALIVE_S
             ),
         )
         # A cancel cuts the request's connection (the server sees it abandoned); a client
