@@ -18,6 +18,8 @@ from typing import Any
 
 import httpx
 
+from workers import pool_guard
+
 Message = dict[str, Any]
 ORDERS_FILE = "data/orders.json"
 READ_TIMEOUT_S = 60.0
@@ -78,12 +80,18 @@ class Answer:
 
 
 def http_client(base_url: str) -> httpx.Client:
-    """The shared, thread-safe client; its pool is unbounded so only the graph limits it."""
-    return httpx.Client(
+    """The shared, thread-safe client; its pool is unbounded so only the graph limits it.
+
+    Its pool gets ticketgraph's guard against httpcore closing a connection it just gave a
+    request (workers/pool_guard.py): without it the peer lost requests to `[Errno 9] Bad
+    file descriptor` past about 420 in flight (section h), as ticketgraph's client did."""
+    client = httpx.Client(
         base_url=base_url.rstrip("/") + "/",
         timeout=httpx.Timeout(READ_TIMEOUT_S, connect=5.0),
         limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
     )
+    pool_guard.guard(client)
+    return client
 
 
 class Chat:
