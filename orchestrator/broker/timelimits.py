@@ -32,14 +32,18 @@ from workers.cancel import CancelToken
 log = logging.getLogger(__name__)
 
 HARD_LIMIT_EXIT = 70  # EX_SOFTWARE: the supervisor restarts the process
+COMPACT_AFTER = 256  # disarmed deadlines the heap may hold before it is rebuilt without them
 
 
 @dataclass(order=True)
 class _Deadline:
     when: float
     seq: int
-    action: Callable[[], None] = field(compare=False)
-    armed: bool = field(default=True, compare=False)
+    action: Callable[[], None] | None = field(compare=False)  # None once disarmed
+
+    @property
+    def armed(self) -> bool:
+        return self.action is not None
 
 
 class _Watchdog:
@@ -49,6 +53,7 @@ class _Watchdog:
         self._heap: list[_Deadline] = []
         self._cv = threading.Condition()
         self._seq = itertools.count()
+        self._disarmed = 0  # disarmed deadlines still in the heap (at most)
         threading.Thread(target=self._run, name="tg-watchdog", daemon=True).start()
 
     def arm(self, after_s: float, action: Callable[[], None]) -> _Deadline:
@@ -58,6 +63,19 @@ class _Watchdog:
             self._cv.notify()
         return deadline
 
+    def disarm(self, deadline: _Deadline) -> None:
+        """The task ended: drop its action at once (it holds the task's whole context), and
+        the deadlines of ended tasks once they are most of the heap. Left until their time
+        came, a worker kept every ticket of the last hard limit's span: 505 MB at 10,000
+        tickets (BENCHMARKS.md, section h)."""
+        with self._cv:
+            deadline.action = None
+            self._disarmed += 1
+            if self._disarmed > max(COMPACT_AFTER, len(self._heap) // 2):
+                self._heap = [d for d in self._heap if d.armed]
+                heapq.heapify(self._heap)
+                self._disarmed = 0
+
     def _run(self) -> None:
         while True:
             with self._cv:
@@ -65,9 +83,12 @@ class _Watchdog:
                     wait = self._heap[0].when - time.monotonic() if self._heap else None
                     self._cv.wait(wait)
                 due = heapq.heappop(self._heap)
-            if due.armed:
+                action = due.action
+                if action is None:
+                    self._disarmed = max(self._disarmed - 1, 0)
+            if action is not None:
                 try:
-                    due.action()
+                    action()
                 except Exception:
                     log.exception("time limit action failed")
 
@@ -99,7 +120,7 @@ def enforced(
         yield
     finally:
         for deadline in armed:
-            deadline.armed = False
+            dog.disarm(deadline)
 
 
 def _soft(cancel: CancelToken, soft_s: float, what: str) -> None:
