@@ -330,9 +330,11 @@ def _crashed(ctx: Context, exc: BaseException) -> None:
     """Mark the run crashed and tell its CLI, with the error in the event too: if the run
     folder cannot be written (read-only, disk full), the CLI still learns what happened."""
     error = ending.crash_text(exc)
-    # Where it happened goes to the worker's log: the record keeps one line, and an error
-    # such as EBADF names no file.
-    log.error("run %s crashed in %s: %s", ctx.store.run_id, ctx.step, error, exc_info=exc)
+    if not ((isinstance(exc, OSError) and exc.filename) or isinstance(exc, RunStateError)):
+        # An error that names no file (EBADF, say) says nothing of where it happened: its
+        # traceback goes to the worker's log. A storage error or a damaged record names its
+        # path, and the person reading the terminal gets that one line, not a traceback.
+        log.error("run %s crashed in %s: %s", ctx.store.run_id, ctx.step, error, exc_info=exc)
     try:
         ending.crashed(ctx.store, exc)
     except RunStorageError as unrecorded:
