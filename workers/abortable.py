@@ -26,6 +26,8 @@ from typing import Any
 import httpcore
 import httpx
 
+from workers import pool_guard
+
 _current = threading.local()
 
 
@@ -74,13 +76,11 @@ def cuttable(cut: Cut) -> Iterator[None]:
 
 def install(client: httpx.Client) -> bool:
     """Make the client's requests cuttable; False if its transports have no pool to wrap."""
-    transports = [client._transport, *client._mounts.values()]  # private: see above
     installed = False
-    for transport in transports:
-        pool = getattr(transport, "_pool", None)
+    for pool in pool_guard.pools(client):
         inner = getattr(pool, "_network_backend", None)
         if inner is not None and not isinstance(inner, _Backend):
-            pool._network_backend = _Backend(inner)  # type: ignore[union-attr]
+            pool._network_backend = _Backend(inner)
             installed = True
     return installed
 

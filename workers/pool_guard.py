@@ -27,15 +27,19 @@ import httpx
 _PASS = httpcore.ConnectionPool._assign_requests_to_connections  # private: see above
 
 
+def pools(client: httpx.Client) -> list[httpcore.ConnectionPool]:
+    """The httpcore pools of `client`'s transports (httpx has no public way to them)."""
+    transports = [client._transport, *client._mounts.values()]  # private: see above
+    found = (getattr(t, "_pool", None) for t in transports)
+    return [pool for pool in found if isinstance(pool, httpcore.ConnectionPool)]
+
+
 def guard(client: httpx.Client) -> bool:
     """Guard the pools of `client`'s transports; False if it has no pool to guard."""
-    guarded = False
-    for transport in [client._transport, *client._mounts.values()]:  # private: see above
-        pool = getattr(transport, "_pool", None)
-        if isinstance(pool, httpcore.ConnectionPool):
-            pool._assign_requests_to_connections = types.MethodType(_guarded_pass, pool)  # type: ignore[method-assign]
-            guarded = True
-    return guarded
+    found = pools(client)
+    for pool in found:
+        pool._assign_requests_to_connections = types.MethodType(_guarded_pass, pool)  # type: ignore[method-assign]
+    return bool(found)
 
 
 def _guarded_pass(pool: httpcore.ConnectionPool) -> list[Any]:
