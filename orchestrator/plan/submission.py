@@ -104,15 +104,14 @@ def _execute_held(
             raise  # the run goes on if its workers reach the broker: not a crash
         return ending.crashed(store, exc)  # an embedded run's own Redis died with it
     except Exception as exc:
+        # A failure after the run ended (tearing its embedded workers down, say) is said,
+        # and the verdict the run recorded stands; a running run ends crashed.
         if store.meta().status is not RunPhase.RUNNING:
-            # It failed after the run ended (tearing its embedded workers down, say): the
-            # verdict the run recorded stands, and the failure is said, not made its verdict.
             print(
                 f"ticketgraph: after run {store.run_id} ended: {ending.crash_text(exc)}",
                 file=sys.stderr,
             )
-            return ending.crashed(store, exc, if_running=True)
-        return ending.crashed(store, exc)
+        return ending.crashed(store, exc, if_running=True)
     code = store.meta().exit_code
     if code is None and end is not None and end.get("error"):
         # A task crashed the run but could not record it (the run folder failed it).
