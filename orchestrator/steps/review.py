@@ -19,7 +19,10 @@ from orchestrator.steps.draft import DRAFT, worker
 from workers import atomic
 from workers.trace import Tracer
 
-REWRITE = "review"  # rewrite k's agent state: agents/<ticket>.review-<k>.json
+
+def rewrite_step(k: int) -> str:
+    """The agent-state name of rewrite `k` (agents/<ticket>.review-<k>.json)."""
+    return f"review-{k}"
 
 
 def review(ctx: Context, ticket_id: str) -> str:
@@ -121,7 +124,7 @@ class ReviewLoop:
         draft's and each rewrite's (the only agents with tools; the evaluator has none).
         Named, not listed: a glob of agents/ reads every ticket's files, 16 ms a review at
         15,000 of them, so a run's review cost grew with its size."""
-        rewrites = (f"{REWRITE}-{k}" for k in range(1, self.config.max_rounds + 1))
+        rewrites = (rewrite_step(k) for k in range(1, self.config.max_rounds + 1))
         return [self.ctx.store.agent_path(self.ticket_id, s) for s in (DRAFT, *rewrites)]
 
     @functools.cached_property
@@ -200,7 +203,7 @@ class ReviewLoop:
         """Ask the same worker for a corrected draft; return the failed result if it failed."""
         category = self.ticket.category or routing.OTHER
         task = prompts.rewrite_input(self.ticket_id, self.text, gate_report)
-        step = f"{REWRITE}-{self.rounds}"
+        step = rewrite_step(self.rounds)
         result = worker(self.ctx, self.ticket_id, category, step, task, self.trace)
         self.usage = self.usage + result.usage
         self.ticket.unsure_writes += [
