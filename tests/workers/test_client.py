@@ -340,10 +340,10 @@ def test_the_pool_never_closes_a_connection_it_gave_a_request(tmp_path: Path) ->
     expired one no request holds is still closed."""
     from httpcore._sync.connection_pool import PoolRequest
 
-    with running_provider(_scripted(tmp_path, [])) as url:
+    with running_provider(_scripted(tmp_path, [], latency_ms=300)) as url:
         client = _client(url)
         asking = [threading.Thread(target=client.complete, args=("m", HELLO, [])) for _ in "ab"]
-        for thread in asking:  # two at once: two connections, both idle once answered
+        for thread in asking:  # two at once (300 ms each): two connections, idle once answered
             thread.start()
         for thread in asking:
             thread.join(10)
