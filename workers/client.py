@@ -8,6 +8,7 @@ scripts.
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import time
@@ -170,9 +171,10 @@ class ModelClient:
         reply.service_ms = _float_or_none(response.headers.get("x-service-ms"))
         return reply
 
-    @property
+    @functools.cached_property
     def where(self) -> str:
-        """The endpoint, without credentials, for messages."""
+        """The endpoint, without credentials, for messages (made once: a request's errors
+        name it, and parsing the URL again for every request cost more than the JSON)."""
         url = httpx.URL(self.settings.base_url or "")
         return str(url.copy_with(username=None, password=None, query=None)).rstrip("/")
 
@@ -202,15 +204,16 @@ class ModelClient:
             forget()
 
     def _post(self, body: dict[str, Any]) -> httpx.Response:
-        url = f"{self.where}/{self.api.PATH}"
         try:
             return self.http.post(self.api.PATH, json=body)
         except httpx.TimeoutException as exc:
+            url = f"{self.where}/{self.api.PATH}"
             raise ProviderError(
                 f"no answer from {url} in time ({type(exc).__name__}); a slow model may need a "
                 f"longer LLM_READ_TIMEOUT_S (now {self.settings.read_timeout_s:g} s)"
             ) from exc
         except httpx.HTTPError as exc:
+            url = f"{self.where}/{self.api.PATH}"
             raise ProviderError(
                 f"cannot reach {url}: {exc or type(exc).__name__}; check LLM_BASE_URL and that "
                 "the server is up"

@@ -52,6 +52,12 @@ def retrying(window_s: float, what: str) -> Retrying:
 
 def call(fn: Callable[[], T], window_s: float, what: str) -> T:
     """`fn()`, retried through a broker outage of up to `window_s` seconds."""
+    try:
+        return fn()  # the broker nearly always answers: build the retry policy only when not
+    except BROKER_ERRORS as exc:
+        if window_s <= 0:
+            raise
+        log.warning("broker unreachable while %s (%s); retrying for %.0f s", what, exc, window_s)
     return retrying(window_s, what)(fn)
 
 

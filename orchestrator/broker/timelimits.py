@@ -60,7 +60,8 @@ class _Watchdog:
         deadline = _Deadline(time.monotonic() + after_s, next(self._seq), action)
         with self._cv:
             heapq.heappush(self._heap, deadline)
-            self._cv.notify()
+            if self._heap[0] is deadline:  # it is due first: the thread sleeps too long now
+                self._cv.notify()
         return deadline
 
     def disarm(self, deadline: _Deadline) -> None:

@@ -31,6 +31,7 @@ from orchestrator.broker import control, heartbeat
 from orchestrator.broker.pool import TaskPool
 from orchestrator.broker.redis_server import die_with_parent
 from orchestrator.errors import BrokerError
+from orchestrator.plan import slot
 
 logger = get_logger(__name__)
 
@@ -50,6 +51,7 @@ class _ReadyWorker(WorkController):
         super().on_consumer_ready(consumer)
         signals.worker_ready.send(sender=consumer)
         heartbeat.start()
+        slot.attach(consumer)  # its event dispatcher shows tickets run in a row in Flower
         control.start(self.app.conf.broker_url)  # cancels reach this process's steps
         logger.info("%s ready.", self.hostname)
         os.write(self.ready_fd, b"1")

@@ -81,9 +81,17 @@ def send_next(
 
 
 def hand_on(
-    r: redis.Redis, plan: Plan, step: Step, store: RunStore, attempt: str, ticket_id: str
-) -> None:
-    """A ticket is done: send the next one into its slot, and the barrier after the last."""
+    r: redis.Redis,
+    plan: Plan,
+    step: Step,
+    store: RunStore,
+    attempt: str,
+    ticket_id: str,
+    keep: bool = False,
+) -> str | None:
+    """A ticket is done: the next one goes into its slot, and the barrier after the last.
+    With `keep` the next ticket is returned for the caller to run (plan/slot.py), else it
+    is sent a message (and None returned)."""
     handoff = fanout.advance(r, fanout.FanOut(store.run_id, attempt, step.name), ticket_id)
     if handoff.lost:
         log.warning(
@@ -94,11 +102,13 @@ def hand_on(
             ticket_id,
             store.run_id,
         )
-        return
-    if handoff.next_ticket is not None:
-        _send(step.task, str(store.dir), attempt, handoff.next_ticket)
+        return None
     if handoff.barrier:
         _barrier(plan, step, store, attempt)
+    if handoff.next_ticket is None or keep:
+        return handoff.next_ticket
+    _send(step.task, str(store.dir), attempt, handoff.next_ticket)
+    return None
 
 
 def sweep(r: redis.Redis, plan: Plan, store: RunStore, attempt: str, age_s: float) -> int:

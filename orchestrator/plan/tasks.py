@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import socket
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -29,7 +31,7 @@ from celery.exceptions import Reject
 from orchestrator.broker import control, outage, timelimits
 from orchestrator.broker.app import OUTAGE_CONF_KEY, app, worker_llm
 from orchestrator.errors import RunStateError, RunStorageError
-from orchestrator.plan import canvas, events, fanout, keys
+from orchestrator.plan import canvas, events, fanout, keys, slot
 from orchestrator.plan.steps import PLAN, Plan, Step
 from orchestrator.run import cancels, ending, ids, lease
 from orchestrator.run.fence import EpochFence, path
@@ -47,6 +49,7 @@ Summary = dict[str, Any]
 log = logging.getLogger(__name__)
 
 _registered: list[Plan] = []
+_HOST = socket.gethostname()
 
 
 def register(plan: Plan) -> None:
@@ -202,20 +205,35 @@ def _fenced(ctx: Context, name: str, body: Callable[[], T]) -> T:
 def _per_ticket(
     task: Task, plan: Plan, step: Step, run_dir: str, attempt: str, ticket_id: str
 ) -> Summary:
-    """Hold the ticket, run its step (a failure becomes its verdict), hand its slot on."""
+    """Run the message's ticket, then the tickets its slot is handed next, in a row, while
+    the row allows (plan/slot.py); the rest go on by message."""
+    row = slot.Row(task.request.id or "", step.task)
+    summary = _one_ticket(row, plan, step, run_dir, attempt, ticket_id)
+    while (ticket_id := row.take_next()) is not None:
+        with row.shown([run_dir, attempt, ticket_id]) as shown:
+            shown.update(summary := _one_ticket(row, plan, step, run_dir, attempt, ticket_id))
+    return summary | {"in_a_row": row.count}
+
+
+def _one_ticket(
+    row: slot.Row, plan: Plan, step: Step, run_dir: str, attempt: str, ticket_id: str
+) -> Summary:
+    """Hold the ticket, run its step (a failure becomes its verdict), hand its slot on: to
+    the row (`row.next`) if it may run more, else by message."""
     ids.ticket(ticket_id)  # from a message: never made into a path unless a plain name
     ctx, r = _context(step, run_dir), _redis()
     if ctx.meta.status is not RunPhase.RUNNING:
         return {"ticket": ticket_id, "status": f"run {ctx.meta.status.value}"}  # pay nothing
     fan = fanout.FanOut(ctx.store.run_id, attempt, step.name)
     limit = int(app.conf.task_time_limit or 0) + 60
-    delivery = task.request.id or ""
-    if not _broker(lambda: fanout.hold(r, fan, ticket_id, delivery, limit), "holding"):
+    if not _broker(lambda: fanout.hold(r, fan, ticket_id, row.delivery, limit), "holding"):
         return {"ticket": ticket_id, "status": "held elsewhere"}
 
-    def hand_on() -> None:
+    def hand_on(in_row: bool = True) -> None:
+        keep = in_row and row.may_run_more()
         what = f"handing on {ticket_id}"
-        _broker(lambda: canvas.hand_on(r, plan, step, ctx.store, attempt, ticket_id), what)
+        send = lambda: canvas.hand_on(r, plan, step, ctx.store, attempt, ticket_id, keep)  # noqa: E731
+        row.next = _broker(send, what)
 
     try:
         status = _held(ctx, step, ticket_id, hand_on)
@@ -231,7 +249,7 @@ def _per_ticket(
     return {"ticket": ticket_id, "status": status}
 
 
-def _held(ctx: Context, step: Step, ticket_id: str, hand_on: Callable[[], None]) -> str:
+def _held(ctx: Context, step: Step, ticket_id: str, hand_on: Callable[..., None]) -> str:
     """Take the ticket's newest epoch, run the step through it, hand the slot on; a step
     already done (this is a redelivery after its verdict) is only handed on."""
     store = ctx.store
@@ -245,6 +263,9 @@ def _held(ctx: Context, step: Step, ticket_id: str, hand_on: Callable[[], None])
     if held is None:
         hand_on()
         return store.ticket(ticket_id).status.value
+    # Which copy of the step took the ticket, and where: with `superseded`, the trace tells
+    # a stalled copy from the one that replaced it (tickets run in a row share a message).
+    ctx.tracer(ticket=ticket_id).emit("taken", epoch=held.epoch, host=_HOST, pid=os.getpid())
     ctx.store = store.fenced(held)
     ctx.store.keep(ticket_id, seen[0])  # read under the lock it now holds: current
     ctx.open_node()
@@ -257,7 +278,7 @@ def _held(ctx: Context, step: Step, ticket_id: str, hand_on: Callable[[], None])
     def out_of_time() -> None:
         error = "still running at the hard time limit; its worker process was replaced"
         ctx.fail_ticket(ticket_id, error, stop=TIME_LIMIT)
-        hand_on()
+        hand_on(in_row=False)  # its process exits next: the next ticket gets a message
 
     try:
         with (
