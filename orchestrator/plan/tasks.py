@@ -236,7 +236,7 @@ def _one_ticket(
         row.next = _broker(send, what)
 
     try:
-        status = _held(ctx, step, ticket_id, hand_on)
+        status = _held(ctx, step, ticket_id, row.delivery, hand_on)
     except Superseded as exc:  # a newer copy holds the ticket: it hands the slot on
         _superseded(ctx, ticket_id, exc)
         return {"ticket": ticket_id, "status": "superseded"}
@@ -249,7 +249,9 @@ def _one_ticket(
     return {"ticket": ticket_id, "status": status}
 
 
-def _held(ctx: Context, step: Step, ticket_id: str, hand_on: Callable[..., None]) -> str:
+def _held(
+    ctx: Context, step: Step, ticket_id: str, delivery: str, hand_on: Callable[..., None]
+) -> str:
     """Take the ticket's newest epoch, run the step through it, hand the slot on; a step
     already done (this is a redelivery after its verdict) is only handed on."""
     store = ctx.store
@@ -264,8 +266,9 @@ def _held(ctx: Context, step: Step, ticket_id: str, hand_on: Callable[..., None]
         hand_on()
         return store.ticket(ticket_id).status.value
     # Which copy of the step took the ticket, and where: with `superseded`, the trace tells
-    # a stalled copy from the one that replaced it (tickets run in a row share a message).
-    ctx.tracer(ticket=ticket_id).emit("taken", epoch=held.epoch, host=_HOST, pid=os.getpid())
+    # a stalled copy from the one that replaced it; tickets run in a row share a delivery.
+    taken = {"epoch": held.epoch, "delivery": delivery, "host": _HOST, "pid": os.getpid()}
+    ctx.tracer(ticket=ticket_id).emit("taken", **taken)
     ctx.store = store.fenced(held)
     ctx.store.keep(ticket_id, seen[0])  # read under the lock it now holds: current
     ctx.open_node()
