@@ -212,13 +212,16 @@ def _superseded(run_dir: Path, ticket: str) -> dict[str, Any] | None:
 
 def _after_the_stale_copy_wakes(
     demo: Path, cli: Cli, env: dict[str, str], run_dir: Path, pid: int, ticket: str
-) -> dict[str, Any] | None:
-    """SIGCONT the stopped process, wait until it has no task left (the stale copy ended,
-    whatever it did), and check the run still reads as it ended; return the `superseded`
-    event the stale copy traced (None if it traced none)."""
+) -> dict[str, Any]:
+    """SIGCONT the stopped process, wait for the stale copy to trace `superseded` and to
+    have no task left, and check the run still reads as it ended; return that event.
+
+    The trace is waited for first: a process just woken from SIGSTOP may miss the half
+    second Celery's inspect waits for replies, and then reads as idle before its task ran."""
     record_before = state(demo)
     os.kill(pid, signal.SIGCONT)
     broker = env["TICKETGRAPH_BROKER_URL"]
+    event = _wait_for("the stale copy's `superseded`", lambda: _superseded(run_dir, ticket))
     _wait_for(
         "the stale copy to end",
         lambda: not any(t["worker_pid"] == pid for t in _active(broker)),
@@ -231,7 +234,7 @@ def _after_the_stale_copy_wakes(
     assert document["by_status"] == {"pass": 5, "needs_human": 1}
     assert document["record"]["tickets"] == record_before["tickets"]
     assert state(demo)["tickets"] == record_before["tickets"]
-    return _superseded(run_dir, ticket)
+    return event
 
 
 @pytest.mark.slow
@@ -258,7 +261,7 @@ def test_a_draft_stalled_past_the_visibility_timeout_never_rewrites_its_finished
         run_dir, pid, files = _stall_until_the_run_ends(demo, env, drafting_t1002, "T-1002")
         event = _after_the_stale_copy_wakes(demo, cli, env, run_dir, pid, "T-1002")
         assert _snapshot(list(map(Path, files))) == files
-        assert event is not None and event["node"] == "fanout"
+        assert event["node"] == "fanout"
         assert httpx.get(stats).json()["requests"] <= 12  # the reference's 11, +1 in flight
 
 
@@ -281,5 +284,5 @@ def test_a_review_stalled_past_the_visibility_timeout_never_rewrites_its_finishe
         run_dir, pid, files = _stall_until_the_run_ends(demo, env, reviewing_t1005, "T-1005")
         event = _after_the_stale_copy_wakes(demo, cli, env, run_dir, pid, "T-1005")
         assert _snapshot(list(map(Path, files))) == files
-        assert event is not None and event["node"] == "review"
+        assert event["node"] == "review"
         assert httpx.get(stats).json()["requests"] <= 12
