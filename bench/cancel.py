@@ -39,7 +39,15 @@ from typing import Any
 import yaml
 
 from bench import machine
-from bench.services import Provider, Workers, WorkerSpec, child_env, stop_process, ticketgraph
+from bench.services import (
+    Provider,
+    Workers,
+    WorkerSpec,
+    child_env,
+    stop_process,
+    ticketgraph,
+    trials_folder,
+)
 from bench.soak import init_source
 from orchestrator.broker.redis_server import RedisServer
 from orchestrator.workspace import CONFIG_FILE, DEMO_SCENARIOS, init_demo
@@ -284,9 +292,14 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m bench.cancel", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("--trials", type=int, default=20)
-    parser.add_argument("--folder", type=Path, default=Path("/tmp/ticketgraph-cancel"))
+    parser.add_argument(
+        "--folder",
+        type=Path,
+        help="an absent or empty folder for the trials (default: a new temporary folder)",
+    )
     parser.add_argument("--json", type=Path, help="write every trial and the summary here")
     args = parser.parse_args(argv)
+    args.folder = trials_folder(parser, args.folder, "cancel")
     load_before = machine.loadavg()
     trials, restart = run_trials(args.trials, args.folder)
     totals = summary(trials, restart)

@@ -29,7 +29,7 @@ import yaml
 from celery import Celery
 
 from bench.machine import describe
-from bench.services import Provider, Workers, WorkerSpec, child_env, ticketgraph
+from bench.services import Provider, Workers, WorkerSpec, child_env, ticketgraph, trials_folder
 from orchestrator.broker.redis_server import RedisServer
 from orchestrator.workspace import DEMO_SCENARIOS, init_demo
 
@@ -148,9 +148,14 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m bench.faults", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("--trials", type=int, default=3)
-    parser.add_argument("--folder", type=Path, default=Path("/tmp/ticketgraph-faults"))
+    parser.add_argument(
+        "--folder",
+        type=Path,
+        help="an absent or empty folder for the trials (default: a new temporary folder)",
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
+    args.folder = trials_folder(parser, args.folder, "faults")
     print(json.dumps(describe(), indent=2), flush=True)
     results: dict[str, list[dict[str, Any]]] = {"restart": [], "redeliver": []}
     for i in range(args.trials):  # clean and restarted runs interleaved: same load for both

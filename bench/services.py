@@ -9,11 +9,13 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -264,3 +266,14 @@ class Monitor:
             if parts[0].upper() == "LPUSH" and len(parts) == 3:
                 values.append(parts[2].encode())
         return values
+
+
+def trials_folder(parser: argparse.ArgumentParser, folder: Path | None, name: str) -> Path:
+    """Where a soak's trials go: `folder` if absent or empty (a reused one would hand its
+    trials old workspaces), else a new temporary folder; printed either way."""
+    if folder is None:
+        folder = Path(tempfile.mkdtemp(prefix=f"ticketgraph-{name}-"))
+    elif folder.exists() and any(folder.iterdir()):
+        parser.error(f"--folder {folder} is not empty: its trials' workspaces would be reused")
+    print(f"{name} folder: {folder}", flush=True)
+    return folder

@@ -50,7 +50,7 @@ from typing import Any
 import yaml
 from celery import Celery
 
-from bench.services import Provider, Workers, WorkerSpec, child_env, ticketgraph
+from bench.services import Provider, Workers, WorkerSpec, child_env, ticketgraph, trials_folder
 from orchestrator.broker.redis_server import RedisServer
 from orchestrator.workspace import CONFIG_FILE, DEMO_SCENARIOS, init_demo
 from workers.trace import read as read_trace
@@ -414,9 +414,14 @@ def main(argv: list[str] | None = None) -> int:
         "and SIGCONT it once the run has ended",
     )
     parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--folder", type=Path, default=Path("/tmp/ticketgraph-soak"))
+    parser.add_argument(
+        "--folder",
+        type=Path,
+        help="an absent or empty folder for the trials (default: a new temporary folder)",
+    )
     parser.add_argument("--json", type=Path, help="write every trial and the summary here")
     args = parser.parse_args(argv)
+    args.folder = trials_folder(parser, args.folder, "soak")
     trials = run_trials(args.trials, args.folder, args.seed, args.mode)
     totals = summary(trials)
     print(json.dumps(totals, indent=2))
