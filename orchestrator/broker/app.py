@@ -72,9 +72,12 @@ def configure(broker_url: str, settings: GraphSettings, llm: HarnessSettings) ->
         # one never holds the next ticket while another process sits idle (with prefetch,
         # two tickets of a pool of 2 could queue in one process behind each other).
         "worker_disable_prefetch": True,
-        # Events on, so Flower sees every task and worker. A task shows from the moment a
-        # worker receives it; "sent" events would cost the sender one more publish per task.
-        "worker_send_task_events": True,
+        # Task events only when a monitor asks for them: Flower turns them on in every
+        # worker it reaches (Celery's enable_events, every 5 s while it runs), and from then
+        # on each task shows from the moment a worker receives it. Sent to nobody they cost
+        # three publishes a ticket; `ticketgraph worker --task-events` sends them from the
+        # start. "sent" events would cost the sender one more publish per task.
+        "worker_send_task_events": False,
         "task_send_sent_event": False,
         # Enforced by the tasks themselves (limits.py): the threads pool ignores them.
         "task_soft_time_limit": settings.soft_time_limit_s,

@@ -52,9 +52,6 @@ def cluster(
     try:
         settings = settings.model_copy(update={"broker_outage_s": OUTAGE_S})
         app = configure(redis_server.start(), settings, live)
-        # No monitor can reach this private Redis: Celery's task events (three publishes per
-        # task) would go to nobody. `ticketgraph worker` keeps them on for Flower.
-        app.conf.worker_send_task_events = False
         processes, threads = layout(pool_size, settings.processes)
         workers = worker_processes.spawn(app, f"embedded-{os.getpid()}", processes, threads)
         try:

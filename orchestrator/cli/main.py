@@ -533,6 +533,13 @@ def runs(workspace: Path, limit: int, as_json: bool) -> int:
 @click.option("--hostname", "-n", help="Node name prefix, e.g. worker1 (default ticketgraph).")
 @click.option("--loglevel", "-l", default="INFO", show_default=True, help="Celery's log level.")
 @click.option(
+    "--task-events",
+    "-E",
+    is_flag=True,
+    help="Send Celery task events from the start. Without it they are sent once a monitor "
+    "asks: Flower does within 5 s of starting; a monitor that never asks sees no tasks.",
+)
+@click.option(
     "--workspace",
     "workspaces",
     multiple=True,
@@ -548,6 +555,7 @@ def worker(
     threads: int,
     hostname: str | None,
     loglevel: str,
+    task_events: bool,
     workspaces: tuple[Path, ...],
 ) -> int:
     """Serve runs from a shared broker (one per machine, as many as you like).
@@ -566,6 +574,7 @@ def worker(
     from workers.settings import HarnessSettings, load
 
     app = connect(broker)
+    app.conf.worker_send_task_events = task_events
     if not load(HarnessSettings, "LLM_").base_url:
         raise ConfigError(
             "set LLM_BASE_URL (the model endpoint; for the demo, "

@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -19,7 +20,7 @@ from typing import Any, TypeVar
 
 import httpx
 import pytest
-from celery import states
+from celery import Celery, states
 
 from orchestrator.broker.redis_server import RedisServer
 from tests.orchestrator.conftest import clean_env
@@ -38,6 +39,7 @@ GRAPH_TASKS = {
     "orchestrator.report": 1,
 }
 DEMO_EXIT_CODE = 1  # T-1004 needs a human
+PROBE_TASK = "celery.accumulate"  # Celery's own: it returns its arguments
 
 # Bounds, not sleeps: every wait polls and returns as soon as its condition holds.
 WAIT_S = 30.0
@@ -223,6 +225,7 @@ def watch_demo_run(
     )
     name = _worker_online(online)
     assert name is not None
+    _until_task_events_are_on(env["TICKETGRAPH_BROKER_URL"], flower, worker)
 
     init = _cli(env, "init", str(workspace))
     assert init.returncode == 0, init.stderr
@@ -243,7 +246,8 @@ def watch_demo_run(
         worker,
         flower.child,
     )
-    return Seen(name, workers, tasks)
+    probes = [uuid for uuid, task in tasks.items() if task["name"] == PROBE_TASK]
+    return Seen(name, workers, {k: v for k, v in tasks.items() if k not in probes})
 
 
 def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
@@ -255,6 +259,22 @@ def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=RUN_TIMEOUT_S + 30,
     )
+
+
+def _until_task_events_are_on(broker_url: str, flower: Flower, worker: Spawned) -> None:
+    """Workers send task events once a monitor asks (broker/app.py): Flower asks every 5 s
+    while it runs. Send a probe task (Celery's own `celery.accumulate`) until Flower shows
+    one, so the run's tasks are all seen."""
+    probes = Celery(broker=broker_url)
+    try:
+
+        def probe() -> dict[str, Any]:
+            probes.send_task(PROBE_TASK, args=["probe"])
+            return flower.get("/api/tasks", taskname=PROBE_TASK)
+
+        _poll(probe, bool, "Flower to turn the worker's task events on", worker, flower.child)
+    finally:
+        probes.close()
 
 
 def _poll(
@@ -331,3 +351,75 @@ def test_celerys_own_tools_find_the_app_and_the_broker_from_the_environment(
         [*celery, "report"], env=clean_env(), capture_output=True, text=True, timeout=60
     )
     assert refused.returncode != 0 and "TICKETGRAPH_BROKER_URL" in refused.stderr
+
+
+@pytest.mark.parametrize("from_the_start", [False, True], ids=["once-asked", "task-events-flag"])
+def test_a_worker_sends_task_events_once_a_monitor_asks_or_from_the_start_if_told(
+    tmp_path: Path, env: dict[str, str], spawn: Spawn, broker_url: str, from_the_start: bool
+) -> None:
+    """Task events cost three publishes a ticket: a `ticketgraph worker` sends none until a
+    monitor asks (Celery's enable_events, what Flower sends every 5 s), or `--task-events`."""
+    args = ["worker", "--processes", "1", "--threads", "2", "--hostname", "w1"]
+    flag = ["--task-events"] if from_the_start else []
+    worker = spawn("worker", [sys.executable, "-m", "orchestrator.cli", *args, *flag])
+    seen = _events_of_a_demo_run(tmp_path / "first", env, worker, broker_url)
+    if not from_the_start:
+        assert seen == Counter(), seen
+        control = Celery(broker=broker_url)
+        try:
+            replies = control.control.enable_events(reply=True, timeout=10)
+        finally:
+            control.close()
+        assert replies, "the worker did not answer enable_events"
+        seen = _events_of_a_demo_run(tmp_path / "second", env, worker, broker_url)
+    tasks = sum(GRAPH_TASKS.values())
+    assert seen["task-received"] == seen["task-started"] == seen["task-succeeded"] == tasks, seen
+
+
+def _events_of_a_demo_run(
+    workspace: Path, env: dict[str, str], worker: Spawned, broker_url: str
+) -> Counter[str]:
+    """Run the demo in `workspace`: the task events a listener on the broker heard meanwhile,
+    by type (task-received, task-started, task-succeeded, ...)."""
+    init = _cli(env, "init", str(workspace))
+    assert init.returncode == 0, init.stderr
+    with _Listener(broker_url) as heard:
+        run = _cli(env, "run", "--workspace", str(workspace), "--timeout", str(RUN_TIMEOUT_S))
+        # Events are buffered and sent in batches: wait for the last task's to arrive.
+        deadline = time.monotonic() + WAIT_S
+        while not heard.kinds["task-succeeded"] and time.monotonic() < deadline:
+            time.sleep(POLL_S)
+        time.sleep(1.5)  # a listener cannot tell "no events" from "not yet": one more flush
+    assert run.returncode == DEMO_EXIT_CODE, f"{run.stdout}\n{run.stderr}\n{worker.tail()}"
+    return Counter({k: v for k, v in heard.kinds.items() if k.startswith("task-")})
+
+
+class _Listener:
+    """Celery's event receiver on a thread (what Flower runs): listening does not turn a
+    worker's events on, only enable_events does."""
+
+    def __init__(self, broker_url: str) -> None:
+        self.app = Celery(broker=broker_url)
+        self.kinds: Counter[str] = Counter()
+        self._listening = threading.Event()
+        self._thread = threading.Thread(target=self._listen, daemon=True)
+        self._receiver: Any = None
+
+    def _listen(self) -> None:
+        with self.app.connection() as connection:
+            self._receiver = self.app.events.Receiver(connection, handlers={"*": self._heard})
+            for _ in self._receiver.itercapture(limit=None, timeout=None, wakeup=False):
+                self._listening.set()
+
+    def _heard(self, event: dict[str, Any]) -> None:
+        self.kinds[event["type"]] += 1
+
+    def __enter__(self) -> _Listener:
+        self._thread.start()
+        assert self._listening.wait(WAIT_S), "the event receiver did not start"
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._receiver.should_stop = True
+        self._thread.join(WAIT_S)
+        self.app.close()
