@@ -107,6 +107,13 @@ def figures(
             note=note,
         ),
         Figure(
+            "ours.cpu_ms_per_ticket",
+            "ours: CPU of all processes per ticket (provider apart)",
+            rounded(1000 * ours.process.cpu_s / ours.tickets if ours.ok else None),
+            "ms",
+            note=note,
+        ),
+        Figure(
             "ours.threads",
             "ours: most threads in a worker process",
             float(max((p.threads for p in workers), default=0)) or None,

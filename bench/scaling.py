@@ -2,11 +2,13 @@
 
 Three embedded runs on fresh workspaces, N = 100, 1,000 and 10,000 (--quick: 100, 300,
 2,000), each `ticketgraph run` watched by `bench.watch`: run wall per ticket (run.jsonl span
-/ N), bytes written per ticket (`ru_oublock` × 512 / N; the CLI reaps its forked workers and
-its Redis, so their writes roll up), the run folder's final size per ticket, and the peak
-RSS of every process of the run. The largest run is sized to the time budget: its duration
-is estimated from the 1,000 run (its span per ticket × N × 1.2, plus start and stop); if it
-would not fit, it runs at the largest N that does (labelled so), or not at all.
+/ N), CPU of all processes per ticket (user + system of the command and of every process it
+reaps: its Redis and worker processes; the scripted provider runs in the CLI), bytes written
+per ticket (`ru_oublock` × 512 / N; the CLI reaps its forked workers and its Redis, so their
+writes roll up), the run folder's final size per ticket, and the peak RSS of every process of
+the run. The largest run is sized to the time budget: its duration is estimated from the
+1,000 run (its span per ticket × N × 1.2, plus start and stop); if it would not fit, it runs
+at the largest N that does (labelled so), or not at all.
 
 Then, if time allows: ours (embedded broker) and the LangGraph peer at N = 1,000 against a
 provider process, for the provider's CPU per request at latency 0.
@@ -109,12 +111,37 @@ def _ms_per_ticket(run: OurRun | None) -> float | None:
     return 1000 * run.span_s / run.tickets
 
 
+def _cpu_ms_per_ticket(run: OurRun | None) -> float | None:
+    """CPU of the command and every process it reaped, per ticket, in ms."""
+    if run is None or not run.ok:
+        return None
+    return 1000 * run.process.cpu_s / run.tickets
+
+
 def _wall_figures(base: OurRun, big: OurRun | None, plan: dict[str, Any]) -> list[Figure]:
-    """Run wall per ticket at the base and big N, and their ratio."""
+    """Run wall and CPU per ticket at the base and big N, and the walls' ratio."""
     big_n = big.tickets if big else plan["wanted_n"]
     note = plan.get("note", "")
     at_base, at_big = _ms_per_ticket(base), _ms_per_ticket(big)
     return [
+        Figure(
+            "cpu_ms_per_ticket.base",
+            f"CPU of all processes per ticket, N = {base.tickets:,}",
+            rounded(_cpu_ms_per_ticket(base)),
+            "ms",
+            Target("<=", 4.0, "≤ 4 ms/ticket at 1,000 (#21)"),
+            note=base.problem,
+            valid=base.ok,
+            extra={"n": base.tickets, "cpu_s": base.process.cpu_s},
+        ),
+        Figure(
+            "cpu_ms_per_ticket.big",
+            f"CPU of all processes per ticket, N = {big_n:,}",
+            rounded(_cpu_ms_per_ticket(big)),
+            "ms",
+            note=(big.problem if big else "") or note,
+            extra={"n": big_n},
+        ),
         Figure(
             "ms_per_ticket.base",
             f"run wall per ticket, N = {base.tickets:,}",

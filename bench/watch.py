@@ -59,6 +59,9 @@ class Watched:
     stdout: Path
     stderr: Path
     timed_out: bool = False
+    # User + system CPU of the command and of every child it reaped (wait4's rusage): for an
+    # embedded run, its Redis, worker processes and (in the CLI) the scripted provider.
+    cpu_s: float = 0.0
 
     @property
     def largest_peak_mb(self) -> float | None:
@@ -78,6 +81,7 @@ class Watched:
         return {
             "returncode": self.returncode,
             "wall_s": round(self.wall_s, 3),
+            "cpu_s": round(self.cpu_s, 3),
             "timed_out": self.timed_out,
             "ru_maxrss_mb": round(self.maxrss_kib / 1024, 1),
             "ru_oublock": self.oublock,
@@ -162,7 +166,10 @@ def run_watched(
     child.returncode = os.waitstatus_to_exitcode(status)  # wait4 reaped it, not Popen
     delta = resource.getrusage(resource.RUSAGE_CHILDREN).ru_oublock - before
     rusage = (usage.ru_maxrss, usage.ru_oublock, delta)
-    return Watched(argv, child.returncode, wall_s, *rusage, peaks, stdout, stderr, stopper.fired)
+    cpu_s = usage.ru_utime + usage.ru_stime
+    return Watched(
+        argv, child.returncode, wall_s, *rusage, peaks, stdout, stderr, stopper.fired, cpu_s
+    )
 
 
 class _Stopper:

@@ -1,7 +1,7 @@
 """Section h (the fleet regime), small: 200 tickets at pool 512 and 2 s a call, ours and the
 LangGraph peer against one provider process. Nothing here asserts a timing: the section must
 run both, count the requests each kept in flight at the provider, and report our processes'
-peak memory and threads."""
+peak memory, threads and CPU."""
 
 from __future__ import annotations
 
@@ -27,7 +27,8 @@ def test_the_fleet_section_measures_in_flight_memory_and_threads(tmp_path: Path)
     section = json.loads(out.read_text())["sections"]["h"]
     assert section["error"] == "", section["error"]
     figures = {f["key"]: f for f in section["figures"]}
-    for key in ("h.ours.wall", "h.peer.wall", "h.ours_over_langgraph", "h.ours.rss"):
+    keys = ("h.ours.wall", "h.peer.wall", "h.ours_over_langgraph", "h.ours.rss")
+    for key in (*keys, "h.ours.cpu_ms_per_ticket"):
         assert figures[key]["value"] is not None and figures[key]["valid"], figures[key]
     # Every ticket's first call goes out at once: the provider saw many in flight from each,
     # never more than there are tickets.
