@@ -86,10 +86,11 @@ class ModelClient:
         # or a proxy's from the environment): the Client's own send (auth and redirect flows,
         # cookies, event hooks, merging URL and headers) cost as much CPU again as the request
         # (0.69 against 0.36 ms a request, BENCHMARKS.md #21), for nothing this client uses.
+        # A client passed in keeps its headers and timeout; its auth or hooks would not run.
         self._url = httpx.URL(self.http.base_url.join(self.api.PATH))
         self._transport = self.http._transport_for_url(self._url)  # private; httpx is pinned
         self._headers = httpx.Headers({**self.http.headers, "content-type": "application/json"})
-        self._extensions = {"timeout": timeout.as_dict()}
+        self._extensions = {"timeout": self.http.timeout.as_dict()}
         # A cancel cuts the request's connection (the server sees it abandoned); a client
         # passed in (tests) is left as it is, and waited on from a helper thread instead.
         self.cuttable = http is None and abortable.install(self.http)
