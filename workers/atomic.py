@@ -15,8 +15,9 @@ except (OSError, AttributeError):  # not Linux: fsync each file instead
     _SYNCFS = None
 
 
-def write_text(path: str | os.PathLike[str], text: str, durable: bool = True) -> None:
-    """Write `text` to `path` via a temp file in the same folder, fsync, then rename over it.
+def write_text(path: str | os.PathLike[str], text: str | bytes, durable: bool = True) -> None:
+    """Write `text` (or bytes, already UTF-8) to `path` via a temp file in the same folder,
+    fsync, then rename over it.
 
     `durable=False` skips the fsync: still atomic for any reader and through a killed
     process (the page cache outlives it), but an OS crash may bring the old file back.
@@ -31,7 +32,7 @@ def write_text(path: str | os.PathLike[str], text: str, durable: bool = True) ->
         raise
 
 
-def write_many(items: Iterable[tuple[Path, str]]) -> None:
+def write_many(items: Iterable[tuple[Path, str | bytes]]) -> None:
     """Write many files atomically with one flush to disk instead of one fsync per file.
 
     Every temp file is written, then the filesystem is flushed once (`syncfs`), then each is
@@ -52,14 +53,14 @@ def write_many(items: Iterable[tuple[Path, str]]) -> None:
         raise
 
 
-def _write_temp(target: Path, text: str, fsync: bool) -> Path:
+def _write_temp(target: Path, text: str | bytes, fsync: bool) -> Path:
     """`text` in a new temp file beside `target`, flushed to disk if `fsync`.
 
     Plain descriptor calls, not `tempfile` and a file object: a file object costs four more
     system calls (fstat, isatty, lseek), each of which hands the GIL to another thread, and
     `os.open`'s mode already honours the umask. The folder is made only if it is missing.
     """
-    data = text.encode("utf-8")
+    data = text if isinstance(text, bytes) else text.encode("utf-8")
     made = False
     while True:
         tmp = target.parent / f".{target.name}.{secrets.token_hex(4)}.tmp"

@@ -29,12 +29,12 @@ class Fence:
         until it ends; `Superseded` instead of running it otherwise."""
         yield
 
-    def write(self, path: str | os.PathLike[str], text: str, durable: bool = True) -> None:
+    def write(self, path: str | os.PathLike[str], text: str | bytes, durable: bool = True) -> None:
         """`atomic.write_text`, while held."""
         with self.held():
             atomic.write_text(path, text, durable=durable)
 
-    def write_many(self, items: Iterable[tuple[Path, str]]) -> None:
+    def write_many(self, items: Iterable[tuple[Path, str | bytes]]) -> None:
         """`atomic.write_many`, while held."""
         with self.held():
             atomic.write_many(items)
