@@ -43,6 +43,7 @@ from bench.services import (
     Provider,
     Workers,
     WorkerSpec,
+    add_folder_option,
     child_env,
     stop_process,
     ticketgraph,
@@ -292,11 +293,7 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m bench.cancel", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("--trials", type=int, default=20)
-    parser.add_argument(
-        "--folder",
-        type=Path,
-        help="an absent or empty folder for the trials (default: a new temporary folder)",
-    )
+    add_folder_option(parser)
     parser.add_argument("--json", type=Path, help="write every trial and the summary here")
     args = parser.parse_args(argv)
     args.folder = trials_folder(parser, args.folder, "cancel")

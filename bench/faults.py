@@ -29,7 +29,15 @@ import yaml
 from celery import Celery
 
 from bench.machine import describe
-from bench.services import Provider, Workers, WorkerSpec, child_env, ticketgraph, trials_folder
+from bench.services import (
+    Provider,
+    Workers,
+    WorkerSpec,
+    add_folder_option,
+    child_env,
+    ticketgraph,
+    trials_folder,
+)
 from orchestrator.broker.redis_server import RedisServer
 from orchestrator.workspace import DEMO_SCENARIOS, init_demo
 
@@ -148,11 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m bench.faults", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("--trials", type=int, default=3)
-    parser.add_argument(
-        "--folder",
-        type=Path,
-        help="an absent or empty folder for the trials (default: a new temporary folder)",
-    )
+    add_folder_option(parser)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     args.folder = trials_folder(parser, args.folder, "faults")

@@ -109,7 +109,7 @@ def figures(
         Figure(
             "ours.cpu_ms_per_ticket",
             "ours: CPU of all processes per ticket (provider apart)",
-            rounded(1000 * ours.process.cpu_s / ours.tickets if ours.ok else None),
+            rounded(ours.cpu_ms_per_ticket),
             "ms",
             note=note,
         ),

@@ -44,6 +44,12 @@ class OurRun:
         """Whether the run gave the expected verdict (see `check`)."""
         return not self.problem
 
+    @property
+    def cpu_ms_per_ticket(self) -> float | None:
+        """CPU of the command and of every process it reaped, per ticket, in ms (None for a
+        run that went wrong)."""
+        return 1000 * self.process.cpu_s / self.tickets if self.ok and self.tickets else None
+
     def check(self, calls: dict[str, int] | None, tokens: int | None, tickets: int) -> None:
         """Note a problem unless exit code, ticket count and (if given) usage are expected."""
         if self.problem:

@@ -111,13 +111,6 @@ def _ms_per_ticket(run: OurRun | None) -> float | None:
     return 1000 * run.span_s / run.tickets
 
 
-def _cpu_ms_per_ticket(run: OurRun | None) -> float | None:
-    """CPU of the command and every process it reaped, per ticket, in ms."""
-    if run is None or not run.ok:
-        return None
-    return 1000 * run.process.cpu_s / run.tickets
-
-
 def _wall_figures(base: OurRun, big: OurRun | None, plan: dict[str, Any]) -> list[Figure]:
     """Run wall and CPU per ticket at the base and big N, and the walls' ratio."""
     big_n = big.tickets if big else plan["wanted_n"]
@@ -127,7 +120,7 @@ def _wall_figures(base: OurRun, big: OurRun | None, plan: dict[str, Any]) -> lis
         Figure(
             "cpu_ms_per_ticket.base",
             f"CPU of all processes per ticket, N = {base.tickets:,}",
-            rounded(_cpu_ms_per_ticket(base)),
+            rounded(base.cpu_ms_per_ticket),
             "ms",
             Target("<=", 4.0, "≤ 4 ms/ticket at 1,000 (#21)"),
             note=base.problem,
@@ -137,7 +130,7 @@ def _wall_figures(base: OurRun, big: OurRun | None, plan: dict[str, Any]) -> lis
         Figure(
             "cpu_ms_per_ticket.big",
             f"CPU of all processes per ticket, N = {big_n:,}",
-            rounded(_cpu_ms_per_ticket(big)),
+            rounded(big.cpu_ms_per_ticket if big else None),
             "ms",
             note=(big.problem if big else "") or note,
             extra={"n": big_n},

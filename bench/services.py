@@ -268,6 +268,15 @@ class Monitor:
         return values
 
 
+def add_folder_option(parser: argparse.ArgumentParser) -> None:
+    """A soak's `--folder`, checked after parsing by `trials_folder`."""
+    parser.add_argument(
+        "--folder",
+        type=Path,
+        help="an absent or empty folder for the trials (default: a new temporary folder)",
+    )
+
+
 def trials_folder(parser: argparse.ArgumentParser, folder: Path | None, name: str) -> Path:
     """Where a soak's trials go: `folder` if absent or empty (a reused one would hand its
     trials old workspaces), else a new temporary folder; printed either way."""

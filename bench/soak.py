@@ -50,7 +50,15 @@ from typing import Any
 import yaml
 from celery import Celery
 
-from bench.services import Provider, Workers, WorkerSpec, child_env, ticketgraph, trials_folder
+from bench.services import (
+    Provider,
+    Workers,
+    WorkerSpec,
+    add_folder_option,
+    child_env,
+    ticketgraph,
+    trials_folder,
+)
 from orchestrator.broker.redis_server import RedisServer
 from orchestrator.workspace import CONFIG_FILE, DEMO_SCENARIOS, init_demo
 from workers.trace import read as read_trace
@@ -414,11 +422,7 @@ def main(argv: list[str] | None = None) -> int:
         "and SIGCONT it once the run has ended",
     )
     parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument(
-        "--folder",
-        type=Path,
-        help="an absent or empty folder for the trials (default: a new temporary folder)",
-    )
+    add_folder_option(parser)
     parser.add_argument("--json", type=Path, help="write every trial and the summary here")
     args = parser.parse_args(argv)
     args.folder = trials_folder(parser, args.folder, "soak")

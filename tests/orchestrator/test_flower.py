@@ -246,8 +246,7 @@ def watch_demo_run(
         worker,
         flower.child,
     )
-    probes = [uuid for uuid, task in tasks.items() if task["name"] == PROBE_TASK]
-    return Seen(name, workers, {k: v for k, v in tasks.items() if k not in probes})
+    return Seen(name, workers, {k: v for k, v in tasks.items() if v["name"] != PROBE_TASK})
 
 
 def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
