@@ -166,15 +166,16 @@ def _start_fan_out(plan: Plan, step: Step, run_dir: str, attempt: str) -> Summar
 
 
 def _closed_record(ctx: Context, before: Step) -> Any:
-    _close_fan_out(ctx, before)
-    return ctx.store.materialise()
+    return ctx.store.materialise(_close_fan_out(ctx, before))
 
 
-def _close_fan_out(ctx: Context, step: Step) -> None:
-    """Close a per-ticket step's node with the sum of its tickets' usage (and rounds)."""
+def _close_fan_out(ctx: Context, step: Step) -> dict[str, TicketRecord]:
+    """Close a per-ticket step's node with the sum of its tickets' usage (and rounds);
+    the records it summed (every ticket is done: nobody writes them now)."""
     tickets = ctx.store.tickets()
     usage, rounds = fan_in(tickets, step.name, step.rounds)
     Context(ctx.store, ctx.llm, step.name, step.node).close_node(usage, rounds)
+    return tickets
 
 
 def _fenced(ctx: Context, name: str, body: Callable[[], T]) -> T:
