@@ -1,7 +1,7 @@
-"""Section h (the fleet regime), small: 200 tickets at pool 512 and 2 s a call, ours and the
-LangGraph peer against one provider process. Nothing here asserts a timing: the section must
-run both, count the requests each kept in flight at the provider, and report our processes'
-peak memory, threads and CPU."""
+"""Section h (the fleet regime), small: 200 tickets at pool 512 and 2 s a call, ours embedded,
+ours on two `ticketgraph worker` processes and the LangGraph peer against one provider
+process. Nothing here asserts a timing: the section must run all three, count the requests
+each kept in flight at the provider, and report our processes' peak memory, threads and CPU."""
 
 from __future__ import annotations
 
@@ -28,14 +28,20 @@ def test_the_fleet_section_measures_in_flight_memory_and_threads(tmp_path: Path)
     assert section["error"] == "", section["error"]
     figures = {f["key"]: f for f in section["figures"]}
     keys = ("h.ours.wall", "h.peer.wall", "h.ours_over_langgraph", "h.ours.rss")
-    for key in (*keys, "h.ours.cpu_ms_per_ticket"):
+    spread = ("h.distributed.wall", "h.distributed_over_langgraph", "h.distributed.rss")
+    for key in (*keys, *spread, "h.ours.cpu_ms_per_ticket"):
         assert figures[key]["value"] is not None and figures[key]["valid"], figures[key]
     # Every ticket's first call goes out at once: the provider saw many in flight from each,
     # never more than there are tickets.
-    for key in ("h.ours.in_flight", "h.peer.in_flight"):
+    for key in ("h.ours.in_flight", "h.distributed.in_flight", "h.peer.in_flight"):
         assert N // 2 <= figures[key]["value"] <= N, figures[key]
     assert figures["h.ours.in_flight"]["target"]["bound"] == 512
+    assert figures["h.distributed.ideal"]["target"]["bound"] == 0.9
     # One worker process per core, each waiting on its share of the requests on its threads.
     per_process = N // min(os.cpu_count() or 1, N)
     assert figures["h.ours.threads"]["value"] >= per_process // 2, figures["h.ours.threads"]
+    # The two workers start threads as tickets come: between them, one a ticket in flight.
+    assert figures["h.distributed.threads"]["value"] >= N // 4, figures["h.distributed.threads"]
+    workers = section["raw"]["distributed_workers"]
+    assert len({p["pid"] for p in workers}) >= 2 and all(p["peak_rss_mb"] > 0 for p in workers)
     assert "ours: most requests in flight at the provider" in done.stdout
