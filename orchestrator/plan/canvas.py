@@ -87,12 +87,15 @@ def hand_on(
     store: RunStore,
     attempt: str,
     ticket_id: str,
-    keep: bool = False,
-) -> str | None:
+    keep_for: str | None = None,
+    ttl_s: int = 0,
+) -> fanout.Handoff | None:
     """A ticket is done: the next one goes into its slot, and the barrier after the last.
-    With `keep` the next ticket is returned for the caller to run (plan/slot.py), else it
-    is sent a message (and None returned)."""
-    handoff = fanout.advance(r, fanout.FanOut(store.run_id, attempt, step.name), ticket_id)
+    With `keep_for` (the caller's delivery) the next ticket is held for it and the handoff
+    returned for the caller to run it (plan/slot.py), else it is sent a message (and None
+    returned)."""
+    fan = fanout.FanOut(store.run_id, attempt, step.name)
+    handoff = fanout.advance(r, fan, ticket_id, keep_for, ttl_s)
     if handoff.lost:
         log.warning(
             "run %s: the broker lost the %s fan-out (restarted without its data); %s is "
@@ -105,8 +108,8 @@ def hand_on(
         return None
     if handoff.barrier:
         _barrier(plan, step, store, attempt)
-    if handoff.next_ticket is None or keep:
-        return handoff.next_ticket
+    if handoff.next_ticket is None or keep_for is not None:
+        return handoff
     _send(step.task, str(store.dir), attempt, handoff.next_ticket)
     return None
 

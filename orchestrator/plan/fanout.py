@@ -45,22 +45,33 @@ return batch
 """
 
 _ADVANCE = """
-local prior = redis.call('HGET', KEYS[4], ARGV[1])
-if prior then return prior end
-if redis.call('EXISTS', KEYS[3]) == 0 then return 'L' end
-local now = redis.call('TIME')[1]
-local nxt = redis.call('LPOP', KEYS[1]) or ''
-if nxt ~= '' then redis.call('HSET', KEYS[6], nxt, now) end
-redis.call('SADD', KEYS[2], ARGV[1])
-local fire = '0'
-if redis.call('SCARD', KEYS[2]) >= tonumber(redis.call('GET', KEYS[3]) or '0') then
-  if redis.call('SET', KEYS[5], now, 'NX', 'EX', ARGV[2]) then fire = '1' end
+local out = redis.call('HGET', KEYS[4], ARGV[1])
+if not out then
+  if redis.call('EXISTS', KEYS[3]) == 0 then return {'L', '0'} end
+  local now = redis.call('TIME')[1]
+  local nxt = redis.call('LPOP', KEYS[1]) or ''
+  if nxt ~= '' then redis.call('HSET', KEYS[6], nxt, now) end
+  redis.call('SADD', KEYS[2], ARGV[1])
+  local fire = '0'
+  if redis.call('SCARD', KEYS[2]) >= tonumber(redis.call('GET', KEYS[3]) or '0') then
+    if redis.call('SET', KEYS[5], now, 'NX', 'EX', ARGV[2]) then fire = '1' end
+  end
+  out = fire .. nxt
+  redis.call('HSET', KEYS[4], ARGV[1], out)
+  redis.call('EXPIRE', KEYS[2], ARGV[2])
+  redis.call('EXPIRE', KEYS[4], ARGV[2])
 end
-local out = fire .. nxt
-redis.call('HSET', KEYS[4], ARGV[1], out)
-redis.call('EXPIRE', KEYS[2], ARGV[2])
-redis.call('EXPIRE', KEYS[4], ARGV[2])
-return out
+local held = '0'
+local nxt = string.sub(out, 2)
+if ARGV[3] ~= '' and nxt ~= '' then
+  local owner = ARGV[3] .. nxt
+  if redis.call('SET', owner, ARGV[4], 'NX', 'EX', ARGV[5]) then
+    held = '1'
+  elseif redis.call('GET', owner) == ARGV[4] then
+    held = '1'
+  end
+end
+return {out, held}
 """
 
 
@@ -120,6 +131,7 @@ class Handoff:
     next_ticket: str | None
     barrier: bool
     lost: bool = False  # the fan-out's keys are gone (a broker restarted without its data)
+    held: bool = False  # the next ticket is held for the delivery `advance` was given
 
 
 def _script(r: redis.Redis, source: str) -> Any:
@@ -139,16 +151,25 @@ def start(r: redis.Redis, fan: FanOut, ticket_ids: list[str], pool_size: int) ->
     return [item.decode() for item in first]
 
 
-def advance(r: redis.Redis, fan: FanOut, ticket_id: str) -> Handoff:
-    """Mark `ticket_id` finished; return the next ticket to send and whether this was the last."""
-    raw: bytes = _script(r, _ADVANCE)(
+def advance(
+    r: redis.Redis, fan: FanOut, ticket_id: str, hold_for: str | None = None, ttl_s: int = 0
+) -> Handoff:
+    """Mark `ticket_id` finished; return the next ticket to send and whether this was the last.
+
+    With `hold_for` (a delivery that runs the next ticket itself, in a row) the next ticket
+    is also held for it, as `hold` would (`Handoff.held`), in the same round trip. Asked
+    again for the same ticket, it answers as it did, and a redelivery (same delivery) holds
+    the same next ticket again.
+    """
+    owner_prefix = keys.owner(fan.run_id, fan.attempt, fan.name, "") if hold_for else ""
+    out, held = _script(r, _ADVANCE)(
         keys=fan.parts("todo", "done", "total", "handoff", "fired", "sent"),
-        args=[ticket_id, keys.RUN_TTL_S],
+        args=[ticket_id, keys.RUN_TTL_S, owner_prefix, hold_for or "", ttl_s],
     )
-    text = raw.decode()
+    text = out.decode()
     if text == "L":
         return Handoff(next_ticket=None, barrier=False, lost=True)
-    return Handoff(next_ticket=text[1:] or None, barrier=text[0] == "1")
+    return Handoff(next_ticket=text[1:] or None, barrier=text[0] == "1", held=held == b"1")
 
 
 def hold(r: redis.Redis, fan: FanOut, ticket_id: str, delivery: str, ttl_s: int) -> bool:

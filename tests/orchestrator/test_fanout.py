@@ -10,7 +10,7 @@ import pytest
 import redis
 
 from orchestrator.broker.redis_server import RedisServer
-from orchestrator.plan import events, fanout
+from orchestrator.plan import events, fanout, keys
 
 PHASE = fanout.FanOut("run-x", "a1", "draft")
 
@@ -48,6 +48,27 @@ def test_start_and_advance_give_a_redelivered_task_the_same_answer(r: redis.Redi
     fanout.advance(r, PHASE, "T-1")
     last = fanout.advance(r, PHASE, "T-2")
     assert last == fanout.advance(r, PHASE, "T-2") == fanout.Handoff(None, barrier=True)
+
+
+def test_a_handoff_for_a_row_holds_the_next_ticket_as_hold_would(r: redis.Redis) -> None:
+    """`advance(..., hold_for=delivery)` holds the next ticket in the same round trip: a
+    redelivery of that delivery holds it again, any other delivery is refused it, and a
+    handoff asked for another delivery says it is not held."""
+    fanout.start(r, PHASE, ["T-0", "T-1", "T-2"], 1)
+    handoff = fanout.advance(r, PHASE, "T-0", "delivery-1", 60)
+    assert handoff == fanout.Handoff("T-1", barrier=False, held=True)
+    assert fanout.advance(r, PHASE, "T-0", "delivery-1", 60) == handoff
+    assert fanout.hold(r, PHASE, "T-1", "delivery-1", 60)
+    assert not fanout.hold(r, PHASE, "T-1", "delivery-2", 60)
+    assert fanout.advance(r, PHASE, "T-0", "delivery-2", 60).held is False
+    assert 0 < r.ttl(fanout_owner("T-1")) <= 60
+    # Without a delivery nothing is held: the next ticket goes by message.
+    assert fanout.advance(r, PHASE, "T-1") == fanout.Handoff("T-2", barrier=False)
+    assert r.get(fanout_owner("T-2")) is None
+
+
+def fanout_owner(ticket: str) -> str:
+    return keys.owner(PHASE.run_id, PHASE.attempt, PHASE.name, ticket)
 
 
 def test_an_empty_phase_starts_nothing(r: redis.Redis) -> None:
