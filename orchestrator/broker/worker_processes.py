@@ -13,6 +13,7 @@ parent sends it to every child it started and waits for them by PID.
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import select
 import signal
@@ -139,6 +140,10 @@ def spawn(app: Celery, name: str, processes: int, threads: int, loglevel: str = 
     from orchestrator.plan.tasks import warm_up  # the tasks' module registers them on the app
 
     warm_up()
+    # What the parent has built so far (modules, the app, the client) lives as long as the
+    # workers: frozen, no collection in a child walks it again, and none touches its pages
+    # (copy-on-write keeps them shared). Python's gc docs advise this before a fork.
+    gc.freeze()
     fleet = Fleet(app, threads, loglevel)
     host = socket.gethostname()
     try:

@@ -1,7 +1,5 @@
 """`python -m orchestrator.cli`: the `ticketgraph` command."""
 
-import sys
+from orchestrator.cli.main import entry
 
-from orchestrator.cli.main import main
-
-sys.exit(main())
+entry()

@@ -14,6 +14,7 @@ the harness (half a second here).
 from __future__ import annotations
 
 import difflib
+import gc
 import json
 import os
 import signal
@@ -22,7 +23,7 @@ from collections.abc import Callable, Sequence
 from functools import wraps
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
@@ -112,6 +113,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("interrupted", file=sys.stderr)
         return ExitCode.STOPPED
     return int(code or 0)
+
+
+def entry() -> NoReturn:
+    """The `ticketgraph` console script and `python -m orchestrator.cli`: `main()`, then exit.
+
+    What the command built is frozen first: on the way out the interpreter's last
+    collection would walk every object of every module imported (0.08 s of the demo's
+    1.1 s whole command). Nothing is skipped: atexit handlers run, streams are flushed,
+    modules are torn down as always.
+    """
+    code = main()
+    gc.freeze()
+    sys.exit(code)
 
 
 def _usage_error(exc: click.UsageError) -> None:
