@@ -11,7 +11,6 @@ file it really is once symlinks are resolved (inside a root, by whole path compo
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path, PurePosixPath
 
 from workers.errors import PermanentToolError, ToolError
@@ -50,13 +49,6 @@ class Sandbox:
             if real == self.base or not real.is_relative_to(self.base):
                 raise PermanentToolError(f"readable root {root!r} resolves outside the workspace")
             self.roots.append(real)
-
-    @staticmethod
-    def of(workspace: Path, roots: list[str]) -> Sandbox:
-        """The sandbox of `roots` in `workspace`, made once per process (each ticket's worker
-        asks for one; making it resolves every root). What it checks per file (`file`) is
-        the same: a root that became a symlink out later leaves no file inside it readable."""
-        return _shared(str(workspace), tuple(roots))
 
     def describe(self) -> str:
         """The roots, as a model should be told them."""
@@ -108,8 +100,3 @@ class Sandbox:
                 if any(real == r or real.is_relative_to(r) for r in self.roots):
                     found.add(relative.as_posix())
         return sorted(found)
-
-
-@functools.lru_cache(maxsize=64)
-def _shared(workspace: str, roots: tuple[str, ...]) -> Sandbox:
-    return Sandbox(Path(workspace), list(roots))

@@ -50,8 +50,6 @@ class Row:
         self.started = time.monotonic()
         self.count = 0  # tickets run so far
         self.next: str | None = None  # the ticket handed to this slot, to run now
-        self.next_held = False  # whether the handoff held it for this delivery already
-        self.held = False  # whether the ticket `take_next` gave was held already
 
     def may_run_more(self) -> bool:
         """Whether the slot's next ticket runs here (else it gets a message of its own)."""
@@ -61,7 +59,6 @@ class Row:
     def take_next(self) -> str | None:
         """The ticket to run now (None: the row ends), counted."""
         ticket, self.next = self.next, None
-        self.held, self.next_held = self.next_held, False
         if ticket is not None:
             self.count += 1
         return ticket

@@ -91,23 +91,14 @@ def declared(
     """What `tools` (worker -> its tools list), `checks` and the workers' approval `rules`
     (worker -> tool -> rule) name, imported and checked (cached)."""
     rules = rules or {}
-    key = (_resolved(workspace), json.dumps([sorted(tools.items()), checks, rules], sort_keys=True))
+    key = (
+        str(workspace.resolve()),
+        json.dumps([sorted(tools.items()), checks, rules], sort_keys=True),
+    )
     with _lock:
         if key not in _loaded:
             _loaded[key] = _import(workspace, tools, checks, rules)
         return _loaded[key]
-
-
-def _resolved(workspace: Path) -> str:
-    """The workspace's real path, resolved once per process and spelling (every ticket's
-    task asks twice; a resolve is one lstat per component of the path)."""
-    spelling = str(workspace)
-    if (real := _real_paths.get(spelling)) is None:
-        real = _real_paths[spelling] = str(workspace.resolve())
-    return real
-
-
-_real_paths: dict[str, str] = {}
 
 
 def mismatch(workspace: Path, config: RunConfig) -> str | None:

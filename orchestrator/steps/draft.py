@@ -69,7 +69,7 @@ def worker(
     spec = ctx.meta.config.workers[category]
     workspace = Path(ctx.meta.workspace)
     declared = declarations.load(workspace, ctx.meta.config)
-    scope = ToolScope(ticket_id, Sandbox.of(workspace, spec.reads), _recorder(ctx))
+    scope = ToolScope(ticket_id, Sandbox(workspace, spec.reads), _recorder(ctx))
     path = ctx.store.agent_path(ticket_id, name)
     policy = approval.gate(ctx, ticket_id, spec, declared.rule_functions)
     tools = declared.tools_of(spec)
