@@ -87,15 +87,16 @@ def hand_on(
     store: RunStore,
     attempt: str,
     ticket_id: str,
-    keep_for: str | None = None,
+    delivery: str,
+    keep: bool = False,
     ttl_s: int = 0,
-) -> fanout.Handoff | None:
+) -> str | None:
     """A ticket is done: the next one goes into its slot, and the barrier after the last.
-    With `keep_for` (the caller's delivery) the next ticket is held for it and the handoff
-    returned for the caller to run it (plan/slot.py), else it is sent a message (and None
-    returned)."""
+    With `keep` the next ticket is held for `delivery` and returned for the caller to run
+    (plan/slot.py); None if another delivery holds it (a duplicate message got there first:
+    that one runs it). Without `keep` it is sent a message, and None returned."""
     fan = fanout.FanOut(store.run_id, attempt, step.name)
-    handoff = fanout.advance(r, fan, ticket_id, keep_for, ttl_s)
+    handoff = fanout.advance(r, fan, ticket_id, delivery, keep=keep, ttl_s=ttl_s)
     if handoff.lost:
         log.warning(
             "run %s: the broker lost the %s fan-out (restarted without its data); %s is "
@@ -108,8 +109,10 @@ def hand_on(
         return None
     if handoff.barrier:
         _barrier(plan, step, store, attempt)
-    if handoff.next_ticket is None or keep_for is not None:
-        return handoff
+    if keep:
+        return handoff.next_ticket if handoff.held else None
+    if handoff.next_ticket is None:
+        return None
     _send(step.task, str(store.dir), attempt, handoff.next_ticket)
     return None
 

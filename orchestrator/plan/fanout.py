@@ -65,10 +65,14 @@ local held = '0'
 local nxt = string.sub(out, 2)
 if ARGV[3] ~= '' and nxt ~= '' then
   local owner = ARGV[3] .. nxt
-  if redis.call('SET', owner, ARGV[4], 'NX', 'EX', ARGV[5]) then
-    held = '1'
+  if ARGV[6] == 'hold' then
+    if redis.call('SET', owner, ARGV[4], 'NX', 'EX', ARGV[5]) then
+      held = '1'
+    elseif redis.call('GET', owner) == ARGV[4] then
+      held = '1'
+    end
   elseif redis.call('GET', owner) == ARGV[4] then
-    held = '1'
+    redis.call('DEL', owner)
   end
 end
 return {out, held}
@@ -152,19 +156,37 @@ def start(r: redis.Redis, fan: FanOut, ticket_ids: list[str], pool_size: int) ->
 
 
 def advance(
-    r: redis.Redis, fan: FanOut, ticket_id: str, hold_for: str | None = None, ttl_s: int = 0
+    r: redis.Redis,
+    fan: FanOut,
+    ticket_id: str,
+    delivery: str = "",
+    *,
+    keep: bool = False,
+    ttl_s: int = 0,
 ) -> Handoff:
     """Mark `ticket_id` finished; return the next ticket to send and whether this was the last.
 
-    With `hold_for` (a delivery that runs the next ticket itself, in a row) the next ticket
-    is also held for it, as `hold` would (`Handoff.held`), in the same round trip. Asked
-    again for the same ticket, it answers as it did, and a redelivery (same delivery) holds
-    the same next ticket again.
+    `delivery` is the finishing task's. With `keep` (the task runs the next ticket itself, in
+    a row: plan/slot.py) the next ticket is held for it for `ttl_s`, as `hold` would, in the
+    same round trip (`Handoff.held`). Without it, a hold of the next ticket by this delivery
+    is let go before the next ticket is sent a message: a copy of this task that died after
+    holding it must not make that message step aside. Asked again for the same ticket, it
+    answers as it did, and a redelivery (same delivery) holds the same next ticket again.
+    The owner key is made in the script from `keys.owner`'s prefix, as the sweep's are.
     """
-    owner_prefix = keys.owner(fan.run_id, fan.attempt, fan.name, "") if hold_for else ""
+    if keep and (not delivery or ttl_s <= 0):
+        raise ValueError("a kept ticket is held for a delivery, for a positive ttl_s")
+    owner_prefix = keys.owner(fan.run_id, fan.attempt, fan.name, "") if delivery else ""
     out, held = _script(r, _ADVANCE)(
         keys=fan.parts("todo", "done", "total", "handoff", "fired", "sent"),
-        args=[ticket_id, keys.RUN_TTL_S, owner_prefix, hold_for or "", ttl_s],
+        args=[
+            ticket_id,
+            keys.RUN_TTL_S,
+            owner_prefix,
+            delivery,
+            ttl_s,
+            "hold" if keep else "let go",
+        ],
     )
     text = out.decode()
     if text == "L":

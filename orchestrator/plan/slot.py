@@ -8,12 +8,13 @@ sends the next ticket a message as before. A message costs a worker more CPU tha
 at latency 0: receiving, acknowledging and tracing it, and publishing the next one, were
 about a third of a worker's CPU (BENCHMARKS.md, #21).
 
-What does not change: every ticket is held for the task's delivery (`hold`) and fenced by
-its own epoch; a task redelivered after its worker died (same delivery id) walks the same
-handoffs again (each `advance` answers as it did) and takes up the ticket the dead copy was
-on; a duplicate message steps aside. The bound lets a slot move between worker processes at
-each message, so a worker started mid-run gets its share, and a stopping worker sends the
-ticket on instead of running it.
+What does not change: every ticket is held for the task's delivery (by `hold`, or by the
+handoff that gave it to the row, in the same round trip) and fenced by its own epoch; a
+task redelivered after its worker died (same delivery id) walks the same handoffs again
+(each `advance` answers as it did, and holds the same ticket for it) and takes up the
+ticket the dead copy was on; a duplicate message steps aside. The bound lets a slot move
+between worker processes at each message, so a worker started mid-run gets its share, and
+a stopping worker sends the ticket on instead of running it (letting go of its hold).
 
 Flower shows each ticket run in a row as a task of its own — received, started, succeeded
 under an id made from the delivery and the ticket — when the worker sends task events (a

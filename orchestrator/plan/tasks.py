@@ -212,7 +212,7 @@ def _per_ticket(
     summary = _one_ticket(row, plan, step, run_dir, attempt, ticket_id)
     while (ticket_id := row.take_next()) is not None:
         with row.shown([run_dir, attempt, ticket_id]) as shown:
-            summary = _one_ticket(row, plan, step, run_dir, attempt, ticket_id, row.held)
+            summary = _one_ticket(row, plan, step, run_dir, attempt, ticket_id, handed=True)
             shown.update(summary)
     return summary | {"in_a_row": row.count}
 
@@ -224,30 +224,30 @@ def _one_ticket(
     run_dir: str,
     attempt: str,
     ticket_id: str,
-    held: bool = False,
+    handed: bool = False,
 ) -> Summary:
-    """Hold the ticket (unless the handoff that gave it held it: `held`), run its step (a
-    failure becomes its verdict), hand its slot on: to the row (`row.next`, held for this
-    delivery in the same round trip) if it may run more, else by message."""
+    """Hold the ticket (one `handed` to the row was held by the handoff that gave it),
+    run its step (a failure becomes its verdict), hand its slot on: to the row (`row.next`,
+    held for this delivery in the same round trip) if it may run more, else by message."""
     ids.ticket(ticket_id)  # from a message: never made into a path unless a plain name
     ctx, r = _context(step, run_dir), _redis()
     if ctx.meta.status is not RunPhase.RUNNING:
-        return {"ticket": ticket_id, "status": f"run {ctx.meta.status.value}"}  # pay nothing
+        # Pay nothing. A ticket the row was handed stays held until its hold expires: a
+        # stopped run goes on only by `resume`, under a new submission and new keys.
+        return {"ticket": ticket_id, "status": f"run {ctx.meta.status.value}"}
     fan = fanout.FanOut(ctx.store.run_id, attempt, step.name)
     limit = int(app.conf.task_time_limit or 0) + 60
     hold = lambda: fanout.hold(r, fan, ticket_id, row.delivery, limit)  # noqa: E731
-    if not held and not _broker(hold, "holding"):
+    if not handed and not _broker(hold, "holding"):
         return {"ticket": ticket_id, "status": "held elsewhere"}
 
     def hand_on(in_row: bool = True) -> None:
-        keep_for = row.delivery if in_row and row.may_run_more() else None
+        keep = in_row and row.may_run_more()
         what = f"handing on {ticket_id}"
         send = lambda: canvas.hand_on(  # noqa: E731
-            r, plan, step, ctx.store, attempt, ticket_id, keep_for, limit
+            r, plan, step, ctx.store, attempt, ticket_id, row.delivery, keep, limit
         )
-        handoff = _broker(send, what)
-        row.next = handoff.next_ticket if handoff else None
-        row.next_held = bool(handoff and handoff.held)
+        row.next = _broker(send, what)
 
     try:
         status = _held(ctx, step, ticket_id, row.delivery, hand_on)

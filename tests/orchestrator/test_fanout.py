@@ -51,23 +51,36 @@ def test_start_and_advance_give_a_redelivered_task_the_same_answer(r: redis.Redi
 
 
 def test_a_handoff_for_a_row_holds_the_next_ticket_as_hold_would(r: redis.Redis) -> None:
-    """`advance(..., hold_for=delivery)` holds the next ticket in the same round trip: a
-    redelivery of that delivery holds it again, any other delivery is refused it, and a
-    handoff asked for another delivery says it is not held."""
+    """`advance(..., keep=True)` holds the next ticket for the delivery in the same round
+    trip: a redelivery of that delivery holds it again, any other delivery is refused it,
+    and a handoff asked for another delivery says it is not held."""
     fanout.start(r, PHASE, ["T-0", "T-1", "T-2"], 1)
-    handoff = fanout.advance(r, PHASE, "T-0", "delivery-1", 60)
+    handoff = fanout.advance(r, PHASE, "T-0", "delivery-1", keep=True, ttl_s=60)
     assert handoff == fanout.Handoff("T-1", barrier=False, held=True)
-    assert fanout.advance(r, PHASE, "T-0", "delivery-1", 60) == handoff
+    assert fanout.advance(r, PHASE, "T-0", "delivery-1", keep=True, ttl_s=60) == handoff
     assert fanout.hold(r, PHASE, "T-1", "delivery-1", 60)
     assert not fanout.hold(r, PHASE, "T-1", "delivery-2", 60)
-    assert fanout.advance(r, PHASE, "T-0", "delivery-2", 60).held is False
-    assert 0 < r.ttl(fanout_owner("T-1")) <= 60
-    # Without a delivery nothing is held: the next ticket goes by message.
-    assert fanout.advance(r, PHASE, "T-1") == fanout.Handoff("T-2", barrier=False)
-    assert r.get(fanout_owner("T-2")) is None
+    assert fanout.advance(r, PHASE, "T-0", "delivery-2", keep=True, ttl_s=60).held is False
+    assert 0 < r.ttl(_owner("T-1")) <= 60
+    with pytest.raises(ValueError):
+        fanout.advance(r, PHASE, "T-0", "delivery-1", keep=True)  # held for no time
 
 
-def fanout_owner(ticket: str) -> str:
+def test_a_handoff_sent_by_message_lets_go_of_this_deliverys_hold(r: redis.Redis) -> None:
+    """A copy that held its next ticket and died: its redelivery, sending that ticket a
+    message instead (its worker is stopping), lets go of the hold so the message runs it;
+    another delivery's hold is left alone."""
+    fanout.start(r, PHASE, ["T-0", "T-1", "T-2", "T-3"], 2)
+    fanout.advance(r, PHASE, "T-0", "delivery-1", keep=True, ttl_s=60)  # holds T-2
+    assert fanout.advance(r, PHASE, "T-0", "delivery-1") == fanout.Handoff("T-2", False)
+    assert r.get(_owner("T-2")) is None
+    assert fanout.hold(r, PHASE, "T-2", "message-for-T-2", 60)
+    fanout.hold(r, PHASE, "T-3", "delivery-9", 60)
+    fanout.advance(r, PHASE, "T-1", "delivery-1")  # hands T-3 on, held by another
+    assert r.get(_owner("T-3")) == b"delivery-9"
+
+
+def _owner(ticket: str) -> str:
     return keys.owner(PHASE.run_id, PHASE.attempt, PHASE.name, ticket)
 
 
