@@ -140,9 +140,11 @@ def spawn(app: Celery, name: str, processes: int, threads: int, loglevel: str = 
     from orchestrator.plan.tasks import warm_up  # the tasks' module registers them on the app
 
     warm_up()
-    # What the parent has built so far (modules, the app, the client) lives as long as the
-    # workers: frozen, no collection in a child walks it again, and none touches its pages
-    # (copy-on-write keeps them shared). Python's gc docs advise this before a fork.
+    # What the parent has built so far (modules, the app, the client) is frozen for the
+    # fork: a child's collections never walk it again, so they neither pay for it nor touch
+    # its pages (copy-on-write keeps them shared), as the gc module's docs advise before a
+    # fork. The parent goes on collecting as before once its children are made.
+    gc.collect()
     gc.freeze()
     fleet = Fleet(app, threads, loglevel)
     host = socket.gethostname()
@@ -152,6 +154,8 @@ def spawn(app: Celery, name: str, processes: int, threads: int, loglevel: str = 
     except BaseException:
         fleet.stop(graceful=False)
         raise
+    finally:
+        gc.unfreeze()
     return fleet
 
 
