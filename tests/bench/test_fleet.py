@@ -40,8 +40,9 @@ def test_the_fleet_section_measures_in_flight_memory_and_threads(tmp_path: Path)
     # One worker process per core, each waiting on its share of the requests on its threads.
     per_process = N // min(os.cpu_count() or 1, N)
     assert figures["h.ours.threads"]["value"] >= per_process // 2, figures["h.ours.threads"]
-    # The two workers start threads as tickets come: between them, one a ticket in flight.
+    # Each worker starts its threads as tickets come: the busier of the two ran a quarter of
+    # the tickets at once, at least.
     assert figures["h.distributed.threads"]["value"] >= N // 4, figures["h.distributed.threads"]
     workers = section["raw"]["distributed_workers"]
     assert len({p["pid"] for p in workers}) >= 2 and all(p["peak_rss_mb"] > 0 for p in workers)
-    assert "ours: most requests in flight at the provider" in done.stdout
+    assert "ours (embedded): most requests in flight at the provider" in done.stdout
