@@ -18,6 +18,11 @@ def now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+# Opened and closed for each line: on a shared volume (NFS) a line reaches the other
+# machines' readers (the waiting CLI) when its descriptor is closed.
+_APPEND = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
+
+
 class Tracer:
     """Writes events to a JSONL file with fixed fields (run id, ticket, node) on every line."""
 
@@ -43,11 +48,6 @@ class Tracer:
             os.write(fd, (line + "\n").encode("utf-8"))
         finally:
             os.close(fd)
-
-
-# Opened and closed for each line: on a shared volume (NFS) a line reaches the other
-# machines' readers (the waiting CLI) when its descriptor is closed.
-_APPEND = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
 
 
 def read(path: str | Path) -> list[dict[str, Any]]:

@@ -44,7 +44,18 @@ for i = 1, 7 do redis.call('EXPIRE', KEYS[i], ttl) end
 return batch
 """
 
-_ADVANCE = """
+# What holding a ticket for a delivery is, in both scripts that hold one: its owner key set
+# to the delivery unless another holds it; true if this delivery holds it now.
+_TAKE = """
+local function take(owner, delivery, ttl)
+  if redis.call('SET', owner, delivery, 'NX', 'EX', ttl) then return true end
+  return redis.call('GET', owner) == delivery
+end
+"""
+
+_ADVANCE = (
+    _TAKE
+    + """
 local out = redis.call('HGET', KEYS[4], ARGV[1])
 if not out then
   if redis.call('EXISTS', KEYS[3]) == 0 then return {'L', '0'} end
@@ -66,17 +77,14 @@ local nxt = string.sub(out, 2)
 if ARGV[3] ~= '' and nxt ~= '' then
   local owner = ARGV[3] .. nxt
   if ARGV[6] == 'hold' then
-    if redis.call('SET', owner, ARGV[4], 'NX', 'EX', ARGV[5]) then
-      held = '1'
-    elseif redis.call('GET', owner) == ARGV[4] then
-      held = '1'
-    end
+    if take(owner, ARGV[4], ARGV[5]) then held = '1' end
   elseif redis.call('GET', owner) == ARGV[4] then
     redis.call('DEL', owner)
   end
 end
 return {out, held}
 """
+)
 
 
 # Tickets sent at least ARGV[1] seconds ago that no task has taken (no owner key) and that
@@ -105,10 +113,13 @@ return out
 """
 
 
-_HOLD = """
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'EX', ARGV[2]) then return ARGV[1] end
-return redis.call('GET', KEYS[1])
+_HOLD = (
+    _TAKE
+    + """
+if take(KEYS[1], ARGV[1], ARGV[2]) then return 1 end
+return 0
 """
+)
 
 
 @dataclass(frozen=True)
@@ -202,8 +213,7 @@ def hold(r: redis.Redis, fan: FanOut, ticket_id: str, delivery: str, ttl_s: int)
     steps aside while the ticket is held.
     """
     key = keys.owner(fan.run_id, fan.attempt, fan.name, ticket_id)
-    holder = _script(r, _HOLD)(keys=[key], args=[delivery, ttl_s])
-    return bool(holder == delivery.encode())
+    return bool(_script(r, _HOLD)(keys=[key], args=[delivery, ttl_s]) == 1)
 
 
 @dataclass(frozen=True)

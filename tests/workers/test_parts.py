@@ -12,6 +12,7 @@ from workers import tokens
 from workers.errors import TokenizerError
 from workers.pricing import Price, PriceTable, cost
 from workers.state import Message, RunState, ToolCall, new_run, pending
+from workers.trace import Tracer, read
 from workers.usage import Usage
 
 
@@ -71,8 +72,6 @@ def test_a_trace_makes_its_folder_on_its_first_line_and_keeps_every_line(
 ) -> None:
     """Tracers made per event (as steps make them) write to 40 runs' traces, interleaved: each
     trace's folder is made by its first line, and every line lands whole and in order."""
-    from workers.trace import Tracer, read
-
     paths = [tmp_path / f"run-{i}" / "run.jsonl" for i in range(40)]
     for line in range(3):
         for i, path in enumerate(paths):
