@@ -52,7 +52,7 @@ def run(ctx: Context, section: Section) -> None:
             peer = run_langgraph(peer_ws.root, llm.url, POOL, ctx.timeout_s())
         peer.check(sum(peer_ws.calls.values()), peer_ws.tokens)
     ideal = shape.critical_path_s()
-    embedded = Layout("ours", "ours (embedded)", ours, ours_meter.cost, ours.process.peaks)
+    embedded = Layout("ours", "ours (embedded)", ours, ours_meter.cost, ours.process.peaks, True)
     section.raw = {
         "n": n,
         "pool": POOL,
@@ -60,7 +60,7 @@ def run(ctx: Context, section: Section) -> None:
         "ideal_s": ideal,
         "ours": ours.to_json(),
         "ours_provider": ours_meter.cost.to_json(),
-        "distributed": spread.run.to_json() | {"note": spread.note},
+        "distributed": spread.run.to_json() if spread.run else {"note": spread.note},
         "distributed_provider": spread.cost.to_json(),
         "distributed_workers": [p.to_json() for p in spread.peaks],
         "langgraph": peer.to_json(),
@@ -80,6 +80,8 @@ class Layout:
     run: OurRun | None
     cost: ProviderCost
     peaks: list[ProcessPeak]
+    # Whether every process that ran it is the CLI's (embedded): then wait4 counted its CPU.
+    reaped: bool = False
     note: str = ""  # why there is no run (the workers did not start)
 
 
@@ -92,7 +94,7 @@ def _distributed(ctx: Context, llm: Provider, n: int) -> Layout:
         try:
             workers = stack.enter_context(Workers(WORKERS, child_env(**env), ctx.folder("h-w")))
         except RuntimeError as exc:  # a worker that did not start: the other runs still count
-            return Layout("distributed", label, None, ProviderCost(0, 0.0, 0), [], str(exc))
+            return Layout("distributed", label, None, ProviderCost(0, 0.0, 0), [], note=str(exc))
         samplers = [TreeSampler(pid) for pid in workers.pids]
         workload = build(ctx.folder("h-distributed"), n, LATENCY_MS, POOL)
         for sampler in samplers:
@@ -110,15 +112,14 @@ def _distributed(ctx: Context, llm: Provider, n: int) -> Layout:
 
 def layout_figures(ideal: float, ours: Layout, peer: PeerRun) -> list[Figure]:
     """One of our runs: its wall against the ideal and LangGraph's, requests in flight, the
-    peak RSS of its largest process, its CPU per ticket (embedded: every process is the
-    CLI's) and the most threads in one of its processes."""
+    peak RSS of its largest process, its CPU per ticket (when its processes were all
+    reaped by the CLI) and the most threads in one of its processes."""
     run, key, label = ours.run, ours.key, ours.label
     span = run.span_s if run is not None and run.ok else None
     note = ours.note or (run.problem if run is not None else "")
     peer_s = peer.wall_s if not peer.problem else None
     largest = max((p.vmhwm_kib for p in ours.peaks), default=0) / 1024 or None
     threads = max((p.threads for p in ours.peaks), default=0) or None
-    cpu = run.cpu_ms_per_ticket if run is not None and key == "ours" else None
     figures = [
         Figure(f"{key}.wall", f"{label}: run wall", rounded(span), "s", note=note),
         Figure(
@@ -152,7 +153,8 @@ def layout_figures(ideal: float, ours: Layout, peer: PeerRun) -> list[Figure]:
             note=note,
         ),
     ]
-    if key == "ours":
+    if ours.reaped:
+        cpu = run.cpu_ms_per_ticket if run is not None else None
         label_cpu = f"{label}: CPU of all processes per ticket (provider apart)"
         figures.append(Figure(f"{key}.cpu_ms_per_ticket", label_cpu, rounded(cpu), "ms"))
     figures.append(
