@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -418,3 +420,36 @@ def test_a_tampered_run_json_is_one_line_naming_the_field(cli: Cli, demo: Path) 
         assert done.returncode == 3
         assert done.stderr.count("\n") == 1, done.stderr
         assert f"corrupt run state at {meta}: status: Input should be" in done.stderr
+
+
+LOADING = """
+import gc, json, sys
+from orchestrator.cli.main import _loading
+if sys.argv[1] == "off":
+    gc.disable()
+before = gc.get_stats()[0]["collections"]
+with _loading():
+    built = [[i] for i in range(100_000)]  # with collections on: about 140 young ones
+    on_inside = gc.isenabled()
+print(json.dumps({
+    "on_inside": on_inside,
+    "collections": gc.get_stats()[0]["collections"] - before,
+    "on_after": gc.isenabled(),
+    "frozen": gc.get_freeze_count(),
+}))
+"""
+
+
+@pytest.mark.parametrize("before", ["on", "off"])
+def test_a_command_loads_its_rooms_without_collecting_and_freezes_what_they_built(
+    before: str,
+) -> None:
+    """`_loading` (around a command's imports): no collection inside, what was built is
+    frozen after, and collections are back on only if they were on before."""
+    done = subprocess.run(
+        [sys.executable, "-c", LOADING, before], capture_output=True, text=True, check=True
+    )
+    seen = json.loads(done.stdout)
+    assert seen["on_inside"] is False and seen["collections"] == 0
+    assert seen["frozen"] >= 100_000
+    assert seen["on_after"] is (before == "on")
