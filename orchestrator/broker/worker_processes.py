@@ -58,6 +58,14 @@ class _ReadyWorker(WorkController):
         os.write(self.ready_fd, b"1")
 
 
+# A ticket's step allocates tens of thousands of containers (pydantic models, JSON, httpx's
+# requests) that reference counting frees; at Python's default of 700 a worker ran young
+# collections that found almost nothing. At 20,000 a run spends 6% less CPU a ticket
+# (N = 2,000, latency 0, pool 16: 7.65 -> 7.21 ms median, 5 interleaved pairs); garbage in
+# cycles waits at most 20,000 allocations longer. Older generations keep Python's thresholds.
+YOUNG_COLLECTION_AFTER = 20_000
+
+
 @dataclass
 class Child:
     """One worker process: its PID, node name and the pipe it reports readiness on."""
@@ -164,6 +172,7 @@ def _child_main(app: Celery, hostname: str, threads: int, loglevel: str, ready_f
     code = 0
     try:
         die_with_parent()
+        gc.set_threshold(YOUNG_COLLECTION_AFTER, *gc.get_threshold()[1:])
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, _warm_shutdown)
         app.log.setup(loglevel=loglevel, redirect_stdouts=False)
