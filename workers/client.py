@@ -60,45 +60,77 @@ class ModelClient:
         self.settings = settings
         self.gate = gate  # the endpoint's shared caps (requests in flight, tokens per minute)
         self.api = anthropic_wire if settings.api == "anthropic" else openai_wire
-        headers = self.api.headers(settings.api_key)
-        timeout = httpx.Timeout(settings.read_timeout_s, connect=settings.connect_timeout_s)
-        # Loading the CA bundle costs ~70 ms per client; a plain-http endpoint (a local model
-        # server, the scripted provider) never uses it. https endpoints are verified as ever.
-        plain_http = settings.base_url.startswith("http://")
-        self.http = http or httpx.Client(
-            base_url=settings.base_url.rstrip("/") + "/",
-            headers=headers,
-            timeout=timeout,
-            verify=not plain_http,
-            # Drop an idle connection before the server does: many servers (uvicorn among
-            # them) close keep-alive connections after 5 s, httpx's own default, and a
-            # request sent on a connection the server is closing fails without an answer.
-            # No cap of its own: requests run on the tasks' threads, so a process has at
-            # most as many in flight as it has threads, and every connection is kept alive
-            # (httpx's default keeps 20 of 100: a busy worker opened one per request). A cap
-            # of 64 held the fleet regime to 128 in flight (BENCHMARKS.md, section h) while
-            # httpcore's pool could close connections under requests (workers/pool_guard.py).
-            limits=httpx.Limits(
-                max_connections=None, max_keepalive_connections=None, keepalive_expiry=KEEPALIVE_S
-            ),
-        )
+        # Loading the CA bundle costs ~70 ms, and even an unverified context ~20 ms: built once
+        # for every connection pool of this client. A plain-http endpoint (a local model
+        # server, the scripted provider) never uses it; https endpoints are verified as ever.
+        self._ssl = httpx.create_ssl_context(verify=not settings.base_url.startswith("http://"))
+        self.http = http or self._new_http()
         # Each request goes straight to the transport httpx picked for the endpoint (its pool,
         # or a proxy's from the environment): the Client's own send (auth and redirect flows,
         # cookies, event hooks, merging URL and headers) cost as much CPU again as the request
         # (0.69 against 0.36 ms a request, BENCHMARKS.md #21), for nothing this client uses.
         # A client passed in keeps its headers and timeout; its auth or hooks would not run.
         self._url = httpx.URL(self.http.base_url.join(self.api.PATH))
-        self._transport = self.http._transport_for_url(self._url)  # private; httpx is pinned
         self._headers = httpx.Headers({**self.http.headers, "content-type": "application/json"})
         self._extensions = {"timeout": self.http.timeout.as_dict()}
-        # A cancel cuts the request's connection (the server sees it abandoned); a client
-        # passed in (tests) is left as it is, and waited on from a helper thread instead.
-        self.cuttable = http is None and abortable.install(self.http)
-        if http is None:  # its pool must not close a connection it gave a request
-            pool_guard.guard(self.http)
+        # A client passed in (tests) is shared by every thread as it is, and waited on from a
+        # helper thread so that a cancel does not wait for its reply. Otherwise each thread
+        # that sends gets connections of its own (`_transport`).
+        self._shared = http is not None
+        self._local = threading.local()
+        self._pools: list[httpx.Client] = []  # the threads' own, closed with this client
+        self._pools_lock = threading.Lock()
+        # The threads' pools are made as this one is: if it can be cut, so can they.
+        self.cuttable = not self._shared and abortable.install(self.http)
+
+    def _new_http(self) -> httpx.Client:
+        """An httpx client for the endpoint with this client's settings (no connection yet)."""
+        settings = self.settings
+        return httpx.Client(
+            base_url=(settings.base_url or "").rstrip("/") + "/",
+            headers=self.api.headers(settings.api_key),
+            timeout=httpx.Timeout(settings.read_timeout_s, connect=settings.connect_timeout_s),
+            verify=self._ssl,
+            # Drop an idle connection before the server does: many servers (uvicorn among
+            # them) close keep-alive connections after 5 s, httpx's own default, and a
+            # request sent on a connection the server is closing fails without an answer.
+            # No cap of its own: a thread has one request in flight at a time, and every
+            # connection is kept alive (httpx's default keeps 20 of 100: a busy worker opened
+            # one per request). A cap of 64 held the fleet regime to 128 in flight.
+            limits=httpx.Limits(
+                max_connections=None, max_keepalive_connections=None, keepalive_expiry=KEEPALIVE_S
+            ),
+        )
+
+    def _transport(self) -> httpx.BaseTransport:
+        """The transport this thread sends on: its own connection pool for the endpoint.
+
+        One pool shared by a worker's threads cost a fifth of its CPU at 256 threads (the
+        fleet regime of BENCHMARKS.md): every request and every reply walks the pool's
+        connections, one per thread, under one lock. A thread's own pool holds the one
+        connection it uses (kept alive for its next request), so those walks are short and
+        no thread waits for another's. Its connections are made cuttable (abortable) and
+        guarded (pool_guard) as the shared client's are."""
+        transport: httpx.BaseTransport | None = getattr(self._local, "transport", None)
+        if transport is not None:
+            return transport
+        client = self.http
+        if not self._shared:
+            client = self._new_http()
+            abortable.install(client)
+            pool_guard.guard(client)
+            with self._pools_lock:
+                self._pools.append(client)
+        transport = client._transport_for_url(self._url)  # private; httpx is pinned
+        self._local.transport = transport
+        return transport
 
     def close(self) -> None:
-        """Close the connection pool."""
+        """Close the connection pools (the threads' own too)."""
+        with self._pools_lock:
+            pools, self._pools = self._pools, []
+        for client in pools:
+            client.close()
         self.http.close()
 
     def complete(
@@ -224,7 +256,7 @@ class ModelClient:
             extensions=self._extensions,
         )
         try:
-            response = self._transport.handle_request(request)
+            response = self._transport().handle_request(request)
             try:
                 response.read()
             finally:

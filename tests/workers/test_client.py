@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from orchestrator.broker.redis_server import free_port
+from workers import pool_guard
 from workers.cancel import CancelToken
 from workers.client import KEEPALIVE_S, ModelClient, RequestParams
 from workers.errors import Cancelled, ProviderError
@@ -332,22 +333,54 @@ def test_a_local_server_without_usage_is_estimated(canned: type[_Canned]) -> Non
     assert reply.message.content == "Ticket T-1001: refunded." and reply.usage.estimated
 
 
+def test_each_thread_sends_on_connections_of_its_own(tmp_path: Path) -> None:
+    """A worker's threads do not share one pool (every request and reply walked it under
+    one lock, a fifth of a worker's CPU at 256 threads): each thread's requests go over its
+    own pool, whose one connection is kept alive for its next request; closing the client
+    closes every thread's pool."""
+    with running_provider(_scripted(tmp_path, [], latency_ms=50)) as url:
+        client = _client(url)
+        pools: dict[str, Any] = {}
+
+        def ask(name: str) -> None:
+            for _ in range(3):
+                assert client.complete("m", HELLO, []).message.content
+            pools[name] = client._transport()._pool  # type: ignore[attr-defined]
+
+        threads = [threading.Thread(target=ask, args=(name,)) for name in "abc"]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(10)
+        assert len({id(pool) for pool in pools.values()}) == 3
+        assert all(len(pool.connections) == 1 for pool in pools.values())
+        assert _requests(url) == 9
+        client.close()
+        assert all(pool.connections == [] for pool in pools.values())
+
+
 def test_the_pool_never_closes_a_connection_it_gave_a_request(tmp_path: Path) -> None:
     """encode/httpcore#1110: the pool gives an idle connection to a waiting request, and
     before that request's thread starts on it, another thread's pass over the pool finds
     it idle with its keep-alive expired and closes it (under the request, once started).
-    Here the pass runs at that moment: the given connection must stay open and pooled; an
-    expired one no request holds is still closed."""
+    Here the pass runs at that moment on a pool two threads share (a client passed in,
+    guarded): the given connection must stay open and pooled; an expired one no request
+    holds is still closed."""
     from httpcore._sync.connection_pool import PoolRequest
 
     with running_provider(_scripted(tmp_path, [], latency_ms=300)) as url:
-        client = _client(url)
+        limits = httpx.Limits(
+            max_connections=None, max_keepalive_connections=None, keepalive_expiry=KEEPALIVE_S
+        )
+        shared = httpx.Client(base_url=url + "/", limits=limits)
+        assert pool_guard.guard(shared)
+        client = ModelClient(HarnessSettings(base_url=url), http=shared)
         asking = [threading.Thread(target=client.complete, args=("m", HELLO, [])) for _ in "ab"]
         for thread in asking:  # two at once (300 ms each): two connections, idle once answered
             thread.start()
         for thread in asking:
             thread.join(10)
-        pool = client.http._transport._pool  # type: ignore[attr-defined]
+        pool = shared._transport._pool  # type: ignore[attr-defined]
         given, spare = pool.connections[:2]
         time.sleep(KEEPALIVE_S + 0.2)  # both idle past their keep-alive
         waiting = PoolRequest(httpcore.Request("POST", f"{url}/chat/completions"))
