@@ -152,8 +152,9 @@ def _loading() -> Iterator[None]:
     Importing Celery, redis-py, httpx, pydantic and the harness builds some hundred
     thousand objects and frees almost none, yet sets off about two hundred collections
     (one of them full) that find nothing: 0.12 s of the demo's whole command here. Frozen
-    (`gc.freeze`), those objects are not walked again either; the few cycles that imports
-    leave are kept, as `entry` keeps them at exit.
+    (`gc.freeze`), those objects are not walked again either, until a fork of worker
+    processes unfreezes this process after collecting (`worker_processes.spawn`); the few
+    cycles that imports leave are kept, as `entry` keeps them at exit.
     """
     was_on = gc.isenabled()
     gc.disable()
