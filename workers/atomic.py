@@ -15,9 +15,12 @@ except (OSError, AttributeError):  # not Linux: fsync each file instead
     _SYNCFS = None
 
 
-def write_text(path: str | os.PathLike[str], text: str | bytes, durable: bool = True) -> None:
-    """Write `text` (or bytes, already UTF-8) to `path` via a temp file in the same folder,
-    fsync, then rename over it.
+Content = str | bytes | Iterable[bytes]  # text, UTF-8 bytes, or such bytes in pieces
+
+
+def write_text(path: str | os.PathLike[str], text: Content, durable: bool = True) -> None:
+    """Write `text` (or bytes, already UTF-8, whole or as an iterable of pieces written as
+    they come) to `path` via a temp file in the same folder, fsync, then rename over it.
 
     `durable=False` skips the fsync: still atomic for any reader and through a killed
     process (the page cache outlives it), but an OS crash may bring the old file back.
@@ -53,14 +56,15 @@ def write_many(items: Iterable[tuple[Path, str | bytes]]) -> None:
         raise
 
 
-def _write_temp(target: Path, text: str | bytes, fsync: bool) -> Path:
+def _write_temp(target: Path, text: Content, fsync: bool) -> Path:
     """`text` in a new temp file beside `target`, flushed to disk if `fsync`.
 
     Plain descriptor calls, not `tempfile` and a file object: a file object costs four more
     system calls (fstat, isatty, lseek), each of which hands the GIL to another thread, and
     `os.open`'s mode already honours the umask. The folder is made only if it is missing.
     """
-    data = text if isinstance(text, bytes) else text.encode("utf-8")
+    pieces = (text.encode("utf-8"),) if isinstance(text, str) else text
+    pieces = (pieces,) if isinstance(pieces, bytes) else pieces
     made = False
     while True:
         tmp = target.parent / f".{target.name}.{secrets.token_hex(4)}.tmp"
@@ -76,9 +80,10 @@ def _write_temp(target: Path, text: str | bytes, fsync: bool) -> Path:
             continue
         break
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
+        for piece in pieces:
+            view = memoryview(piece)
+            while view:
+                view = view[os.write(fd, view) :]
         if fsync:
             os.fsync(fd)
     except OSError as exc:  # a failed write() or fsync() names no file: say which one

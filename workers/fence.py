@@ -29,7 +29,9 @@ class Fence:
         until it ends; `Superseded` instead of running it otherwise."""
         yield
 
-    def write(self, path: str | os.PathLike[str], text: str | bytes, durable: bool = True) -> None:
+    def write(
+        self, path: str | os.PathLike[str], text: atomic.Content, durable: bool = True
+    ) -> None:
         """`atomic.write_text`, while held."""
         with self.held():
             atomic.write_text(path, text, durable=durable)

@@ -213,12 +213,14 @@ def wait_for_verdict(
         # Not a crash: the run is still `running`, and its workers finish it if they
         # reach the broker. Cron should try again later (75), not page anyone.
         print(f"ticketgraph: {exc}", file=sys.stderr)
-        _conclude(store, store.materialise(), ExitCode.TEMPFAIL, shown, as_json)
+        store.materialise()
+        _conclude(store, store.materialised(), ExitCode.TEMPFAIL, shown, as_json)
         return ExitCode.TEMPFAIL
     except RunStorageError as exc:
         return _unwritable(store, exc)
     try:
-        record = store.materialise()
+        store.materialise()
+        record = store.materialised()
     except OSError as exc:
         return _unwritable(store, exc)
     try:

@@ -20,7 +20,7 @@ import contextlib
 import logging
 import os
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -156,26 +156,37 @@ def _start_fan_out(plan: Plan, step: Step, run_dir: str, attempt: str) -> Summar
     r = _redis()
     _take_barrier(r, ctx, attempt, before)
     try:
-        record = _fenced(ctx, f"_{step.name}-start", lambda: _closed_record(ctx, before))
+        taking = _fenced(ctx, f"_{step.name}-start", lambda: _closed(ctx, before, step))
     except Superseded:
         return {"step": step.name, "status": "superseded"}
-    taking, pool = canvas.takers(record, step), record.config.pool_size
+    pool = ctx.store.meta().config.pool_size
     fan = lambda: canvas.fan_out(r, plan, step, ctx.store, attempt, taking, pool)  # noqa: E731
     _broker(fan, "fanning out")
     return {"step": step.name, "tickets": len(taking)}
 
 
-def _closed_record(ctx: Context, before: Step) -> Any:
-    return ctx.store.materialise(_close_fan_out(ctx, before))
+def _closed(ctx: Context, before: Step, step: Step) -> list[str]:
+    """Close `before`, show the run as it stands now, and say which tickets `step` takes."""
+    taking = _close_fan_out(ctx, before, step)
+    ctx.store.materialise()
+    return taking
 
 
-def _close_fan_out(ctx: Context, step: Step) -> dict[str, TicketRecord]:
-    """Close a per-ticket step's node with the sum of its tickets' usage (and rounds);
-    the records it summed (every ticket is done: nobody writes them now)."""
-    tickets = ctx.store.tickets()
-    usage, rounds = fan_in(tickets, step.name, step.rounds)
+def _close_fan_out(ctx: Context, step: Step, then: Step | None = None) -> list[str]:
+    """Close a per-ticket step's node with the sum of its tickets' usage (and rounds), read
+    one record at a time (every ticket is done: nobody writes them now); return the tickets
+    `then` takes (those with the status it takes)."""
+    taking: list[str] = []
+
+    def each() -> Iterator[TicketRecord]:
+        for ticket_id, ticket in ctx.store.records():
+            if then is not None and ticket.status is then.takes:
+                taking.append(ticket_id)
+            yield ticket
+
+    usage, rounds = fan_in(each(), step.name, step.rounds)
     Context(ctx.store, ctx.llm, step.name, step.node).close_node(usage, rounds)
-    return tickets
+    return taking
 
 
 def _fenced(ctx: Context, name: str, body: Callable[[], T]) -> T:

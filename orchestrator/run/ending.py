@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from orchestrator.errors import RunStateError, RunStorageError
 from orchestrator.exit_codes import ExitCode
-from orchestrator.run.records import Cancel, RunMeta, RunPhase, RunTotals, TicketRecord, spent
+from orchestrator.run.records import Cancel, RunMeta, RunPhase, RunTotals, spent
 from orchestrator.run.store import RunStore
 
 
@@ -17,60 +17,47 @@ def end(
     exit_code: int,
     error: str | None = None,
     event: str | None = None,
-    tickets: dict[str, TicketRecord] | None = None,
     if_running: bool = False,
 ) -> int:
     """End the run with `status` and `exit_code`; trace `event` (with the error, if any);
     return the exit code. `if_running`: a run that already ended stays as it ended, and its
-    own exit code is returned. `tickets`: every record, if the caller holds them."""
+    own exit code is returned."""
     with store.update_meta() as meta:
         if if_running and meta.status is not RunPhase.RUNNING:
             return ExitCode.CRASHED if meta.exit_code is None else meta.exit_code
         meta.end(status, exit_code, error)
-        tickets = _records(store, tickets)
-        _total(store, meta, tickets)
+        _total(store, meta)
     if event is not None:
         store.tracer(node="run").emit(event, **({"error": error} if error else {}))
-    store.materialise(tickets)
+    store.materialise()
     return exit_code
 
 
-def _records(
-    store: RunStore, tickets: dict[str, TicketRecord] | None
-) -> dict[str, TicketRecord] | None:
-    """Every ticket's record, or None if one cannot be read (a damaged folder: the run still
+def _total(store: RunStore, meta: RunMeta) -> None:
+    """Keep the run's counts in run.json as it ends (see RunTotals), summed over the records
+    one at a time; none if a record or node cannot be read (a damaged folder: the run still
     ends, and materialising reports the damage)."""
-    if tickets is not None:
-        return tickets
-    try:
-        return store.tickets()
-    except (OSError, RunStateError):
-        return None
-
-
-def _total(store: RunStore, meta: RunMeta, tickets: dict[str, TicketRecord] | None) -> None:
-    """Keep the run's counts in run.json as it ends (see RunTotals)."""
-    if tickets is None:
-        return
+    by_status: dict[str, int] = {}
+    used: list[tuple[int, int, float]] = []
     try:
         nodes = store.nodes()
-    except (OSError, RunStateError):  # a damaged node file: no totals rather than no ending
+        for _ticket_id, t in store.records():
+            by_status[t.status.value] = by_status.get(t.status.value, 0) + 1
+            total = t.total()
+            used.append((total.calls, total.tokens, total.cost_usd))
+    except (OSError, RunStateError):
         return
-    by_status: dict[str, int] = {}
-    for t in tickets.values():
-        by_status[t.status.value] = by_status.get(t.status.value, 0) + 1
-    used = [t.total() for t in tickets.values()]
     figures = spent(
         (n.model_dump() for n in nodes.values()),
         nodes["route"].model_dump() if "route" in nodes else {},
-        ((u.calls, u.tokens, u.cost_usd) for u in used),
+        used,
     )
-    meta.totals = RunTotals(tickets=len(tickets), by_status=by_status, **figures)
+    meta.totals = RunTotals(tickets=len(used), by_status=by_status, **figures)
 
 
-def stop_early(store: RunStore, tickets: dict[str, TicketRecord] | None = None) -> int:
+def stop_early(store: RunStore) -> int:
     """End the run at the stop point it was asked to stop at (exit 2, resumable)."""
-    return end(store, RunPhase.STOPPED, ExitCode.STOPPED, tickets=tickets)
+    return end(store, RunPhase.STOPPED, ExitCode.STOPPED)
 
 
 def stopped(store: RunStore, why: str, if_running: bool = False) -> int:
@@ -89,10 +76,9 @@ def cancelled(store: RunStore, cancel: Cancel, event: str) -> int:
             return ExitCode.CRASHED if meta.exit_code is None else meta.exit_code
         meta.cancel = cancel
         meta.end(RunPhase.STOPPED, ExitCode.STOPPED, cancel.why)
-        tickets = _records(store, None)
-        _total(store, meta, tickets)
+        _total(store, meta)
     store.tracer(node="run").emit(event, error=cancel.why, by=cancel.by, reason=cancel.reason)
-    store.materialise(tickets)
+    store.materialise()
     return ExitCode.STOPPED
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import redis
@@ -150,8 +151,11 @@ class Context:
 
 
 def fan_in(
-    tickets: dict[str, TicketRecord], step: str, rounds: bool
+    tickets: Iterable[TicketRecord], step: str, rounds: bool
 ) -> tuple[StepUsage, int | None]:
-    """A per-ticket step's totals over its tickets: usage, and gate rounds if it counts them."""
-    usage = sum((t.spent_in(step) for t in tickets.values()), StepUsage())
-    return usage, (sum(t.gate_rounds for t in tickets.values()) if rounds else None)
+    """A per-ticket step's totals over its tickets (in one pass): usage, and gate rounds if
+    it counts them."""
+    usage, gate_rounds = StepUsage(), 0
+    for t in tickets:
+        usage, gate_rounds = usage + t.spent_in(step), gate_rounds + t.gate_rounds
+    return usage, (gate_rounds if rounds else None)

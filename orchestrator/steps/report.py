@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 
 from orchestrator.exit_codes import ExitCode
 from orchestrator.run import budget as budget_ledger
@@ -15,6 +16,7 @@ from orchestrator.run.records import (
     NodeRecord,
     RunPhase,
     RunRecord,
+    TicketRecord,
     TicketStatus,
     WaitingCall,
 )
@@ -86,17 +88,22 @@ def _estimated_note(estimated: int) -> str:
 
 def ticket_table(record: RunRecord) -> list[str]:
     """Per ticket: category, handler, rounds, stop reason, status, cost (draft + review)."""
-    widths = [9, 10, 17, 8, 15, 12, 10]
-    lines = [
-        "=== Per ticket ===",
-        _row(["Ticket", "Category", "Handler", "Rounds", "Stop", "Status", "Cost"], widths),
-    ]
-    for ticket_id, t in record.tickets.items():
-        spent = t.draft + t.review
-        cells = [ticket_id, t.category or "-", t.handler or "-", t.gate_rounds, t.stop or "-"]
-        cells.append(t.status.value)
-        lines.append(_row([*cells, usd(spent.cost_usd, spent.estimated)], widths))
-    return lines
+    return [*TICKET_HEADER, *(ticket_row(i, t) for i, t in record.tickets.items())]
+
+
+_TICKET_WIDTHS = [9, 10, 17, 8, 15, 12, 10]
+TICKET_HEADER = [
+    "=== Per ticket ===",
+    _row(["Ticket", "Category", "Handler", "Rounds", "Stop", "Status", "Cost"], _TICKET_WIDTHS),
+]
+
+
+def ticket_row(ticket_id: str, t: TicketRecord) -> str:
+    """One ticket's line of the per-ticket table."""
+    spent = t.draft + t.review
+    cells = [ticket_id, t.category or "-", t.handler or "-", t.gate_rounds, t.stop or "-"]
+    cells.append(t.status.value)
+    return _row([*cells, usd(spent.cost_usd, spent.estimated)], _TICKET_WIDTHS)
 
 
 def cost(record: RunRecord) -> float:
@@ -141,15 +148,25 @@ def budget_line(totals: BudgetTotals) -> str | None:
     return "; ".join(parts) or None
 
 
-def render(record: RunRecord) -> str:
-    """The whole report as printed at the end of a run."""
-    needs_human = [(i, t) for i, t in record.tickets.items() if t.status is not TicketStatus.PASS]
-    published = sum(t.file is not None for t in record.tickets.values())
+def render(record: RunRecord, tickets: Iterable[tuple[str, TicketRecord]] | None = None) -> str:
+    """The whole report as printed at the end of a run. `tickets`: the records, if not in
+    `record` (a whole-run step reads them one at a time: `RunStore.shown`), in one pass."""
+    rows: list[str] = []
+    needs_human: list[tuple[str, TicketRecord]] = []
+    clamped: list[tuple[str, str | None]] = []
+    published = 0
+    for ticket_id, t in record.tickets.items() if tickets is None else tickets:
+        rows.append(ticket_row(ticket_id, t))
+        published += t.file is not None
+        if t.status is not TicketStatus.PASS:
+            needs_human.append((ticket_id, t))
+        if t.routing == "clamped":
+            clamped.append((ticket_id, t.routed_as))
     plural = "" if len(needs_human) == 1 else "s"
     lines = [*node_table(record)]
     if (line := budget_line(budget(record))) is not None:
         lines.append(line)
-    lines += ["", *ticket_table(record), ""]
+    lines += ["", *TICKET_HEADER, *rows, ""]
     lines.append(f"out/: {published} replies; need a human: {len(needs_human)} ticket{plural}")
     for ticket_id, t in needs_human:
         if t.waiting is not None:
@@ -159,10 +176,9 @@ def render(record: RunRecord) -> str:
         lines.append(f"  - {ticket_id} ({t.stop or t.status.value}): {detail or t.one_line}")
         if t.gate_reports:
             lines.append(f"      gate: {t.gate_reports[-1]}")
-    clamped = [(i, t) for i, t in record.tickets.items() if t.routing == "clamped"]
     if clamped:
         lines.append(f"routed to {OTHER} for want of a category: {len(clamped)}")
-        lines += [f"  - {i}: the router said {t.routed_as!r}" for i, t in clamped]
+        lines += [f"  - {i}: the router said {routed_as!r}" for i, routed_as in clamped]
     if record.rejected:
         lines.append(f"quarantine/: {len(record.rejected)} files that are not tickets")
         lines += [f"  - {r.file}: {r.reason}" for r in record.rejected]
@@ -188,12 +204,12 @@ def report(ctx: Context) -> int:
     meta = ctx.store.meta()
     if meta.status is RunPhase.DONE and meta.exit_code is not None:
         return meta.exit_code
-    tickets = ctx.store.tickets()
     ctx.open_node()
-    needs_human = [t for t in tickets.values() if t.status is not TicketStatus.PASS]
+    needs_human = any(t.status is not TicketStatus.PASS for _i, t in ctx.store.records())
     code = ExitCode.NEEDS_HUMAN if needs_human or meta.rejected else ExitCode.ALL_PASS
     if ctx.redis is not None:
         budget_ledger.snapshot(ctx.redis, ctx.store)
-    ctx.store.write(ctx.store.report_path, render(ctx.store.read(tickets)))
+    text = render(ctx.store.read({}), ctx.store.shown())  # each record read as it is shown
+    ctx.store.write(ctx.store.report_path, text)
     ctx.close_node()
-    return ending.end(ctx.store, RunPhase.DONE, code, tickets=tickets)
+    return ending.end(ctx.store, RunPhase.DONE, code)
