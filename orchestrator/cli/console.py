@@ -28,14 +28,17 @@ Mode = Literal["live", "lines", "quiet"]
 LIST_AT_MOST = 20
 
 
-def claimed(record: RunRecord) -> str:
-    """The line printed when the inbox has been claimed."""
-    ids = ", ".join(record.tickets) or "none"
-    if len(record.tickets) > LIST_AT_MOST:
-        ids = f"{next(iter(record.tickets))} … {next(reversed(record.tickets))}"
-    line = f"inbox/ received {plural(len(record.tickets), 'ticket')}: {ids}"
-    if record.rejected:
-        line += f"; {plural(len(record.rejected), 'file')} quarantined (not tickets)"
+def claimed(store: RunStore) -> str:
+    """The line printed when the inbox has been claimed (from the names of the run's files
+    and run.json: parsing 10,000 tickets' run-state.json to count them took 206 ms before
+    the run was sent, and grew the CLI by 77 MB, against 23 ms and 3 MB)."""
+    tickets = store.ticket_ids()
+    ids = ", ".join(tickets) or "none"
+    if len(tickets) > LIST_AT_MOST:
+        ids = f"{tickets[0]} … {tickets[-1]}"
+    line = f"inbox/ received {plural(len(tickets), 'ticket')}: {ids}"
+    if rejected := store.meta().rejected:
+        line += f"; {plural(len(rejected), 'file')} quarantined (not tickets)"
     return line
 
 

@@ -292,7 +292,7 @@ def run(opts: RunOptions, pool_size: int | None, stop_after: str | None) -> int:
             print(nothing_to_claim(Workspace(opts.workspace)), flush=True)
         return ExitCode.ALL_PASS
     if shown != "quiet":
-        print(console.claimed(store.materialised()), flush=True)
+        print(console.claimed(store), flush=True)
     return console.wait_for_verdict(store, settings, shown, opts.log_format, opts.as_json)
 
 

@@ -291,22 +291,22 @@ class RunStore:
         A ticket merge published and review has not taken yet shows its out/ file and
         summary from published.json; a caller that holds every record passes `tickets`.
         """
-        tickets = dict(self.shown(tickets))
-        return RunRecord(**dict(self.meta()), nodes=self.nodes(), tickets=tickets)
+        shown = dict(self.shown(None if tickets is None else tickets.items()))
+        return RunRecord(**dict(self.meta()), nodes=self.nodes(), tickets=shown)
 
     def shown(
-        self, tickets: Mapping[str, TicketRecord] | None = None
+        self, tickets: Iterable[tuple[str, TicketRecord]] | None = None
     ) -> Iterator[tuple[str, TicketRecord]]:
         """Each ticket's record as run-state.json shows it, by id: `records()` (or the
         caller's `tickets`), with what merge published and review has not taken yet."""
         published = self.published()
-        for ticket_id, ticket in self.records() if tickets is None else tickets.items():
+        for ticket_id, ticket in self.records() if tickets is None else tickets:
             _show_published(ticket, ticket_id, published.get(ticket_id))
             yield ticket_id, ticket
 
-    def materialise(self, tickets: Mapping[str, TicketRecord] | None = None) -> None:
-        """Write run-state.json from the records (`tickets`: every record, if the caller
-        holds them; else each is read, written out and let go in turn).
+    def materialise(self, tickets: Iterable[tuple[str, TicketRecord]] | None = None) -> None:
+        """Write run-state.json from the records (`tickets`: every record by id, in order,
+        if the caller has them; else each is read, written out and let go in turn).
 
         The document is `read()`'s, byte for byte: the run without its tickets serialised
         as one, and each ticket's record serialised on its own and indented into its place,

@@ -38,10 +38,16 @@ def _stats(llm_url: str) -> dict[str, Any]:
     return dict(httpx.get(llm_url.replace("/v1", "/stats")).json())
 
 
-def _slow_scenarios(tmp: Path, latency_ms: float, **per_script: float) -> Path:
+def _slow_scenarios(
+    tmp: Path,
+    latency_ms: float,
+    faults: dict[str, list[dict[str, Any]]] | None = None,
+    **per_script: float,
+) -> Path:
     scripts = demo_scripts()
     for script in scripts:
         script["latency_ms"] = per_script.get(script["name"], latency_ms)
+        script["faults"] = script.get("faults", []) + (faults or {}).get(script["name"], [])
     return write_scenarios(tmp / "scenarios.yaml", scripts)
 
 
@@ -174,15 +180,17 @@ def _running(broker_url: str, ticket_id: str) -> list[dict[str, Any]]:
     ]
 
 
-@pytest.mark.timeout(400)  # a 90 s model call by design
+@pytest.mark.timeout(400)  # a 45 s model call by design
 def test_a_killed_workers_ticket_comes_back_within_a_minute_and_a_slow_one_runs_once(
     tmp_path: Path, demo: Path
 ) -> None:
-    """Two workers of one thread each. Drafting T-1001 takes 90 s (two 45 s model calls, each
-    longer than the 30 s visibility timeout): its message must not be delivered again while
-    its worker lives. The worker drafting T-1002 is SIGKILLed mid-call: T-1002 must be
+    """Two workers of one thread each. T-1001's first drafting call takes 45 s, half as long
+    again as the 30 s visibility timeout: its message must not be delivered again while its
+    worker lives. The worker drafting T-1002 is SIGKILLed mid-call: T-1002 must be
     delivered again within 60 s."""
-    scenario = _slow_scenarios(tmp_path, 60, **{"T-1001#1": 45_000, "T-1002#1": 3_000})
+    scenario = _slow_scenarios(
+        tmp_path, 60, faults={"T-1001#1": [{"turn": 0, "hang_ms": 45_000}]}, **{"T-1002#1": 3_000}
+    )
     with RedisServer(tcp=True) as redis, running_provider(scenario) as llm:
         env = {"TICKETGRAPH_BROKER_URL": redis.url, "LLM_BASE_URL": llm}
         with worker_processes(env, tmp_path, ["k1", "k2"], threads=1):

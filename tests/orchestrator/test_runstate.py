@@ -162,7 +162,7 @@ def test_run_state_json_reads_as_before_with_any_script_in_it(tmp_path: Path) ->
     tickets = [f"T-{i}" for i in range(300)]  # ~1 KB each: past several 64 KB blocks
     store = _new_run(tmp_path / "many", tickets, TicketStatus.DRAFTED)
     record = store.ticket("T-2")
-    record.one_line, record.subject = "Ticket T-2: refund…", "คืนเงิน 返金 €\n\"x\""
+    record.one_line, record.subject = "Ticket T-2: refund…", 'คืนเงิน 返金 €\n"x"'
     store.save_ticket("T-2", record)
     store.save_published({"T-3": "Ticket T-3: publi…"})
     store.materialise()
@@ -170,10 +170,10 @@ def test_run_state_json_reads_as_before_with_any_script_in_it(tmp_path: Path) ->
     assert text == _whole(store)
     assert len(text) > 3 * (1 << 16)
     on_disk = json.loads(text)
-    assert on_disk["tickets"]["T-2"]["subject"] == "คืนเงิน 返金 €\n\"x\""
+    assert on_disk["tickets"]["T-2"]["subject"] == 'คืนเงิน 返金 €\n"x"'
     assert on_disk["tickets"]["T-3"]["file"] == "out/T-3.txt"
     assert list(on_disk["tickets"]) == sorted(tickets)
-    store.materialise(store.tickets())  # a caller that holds every record: the same file
+    store.materialise(store.tickets().items())  # a caller that has every record: the same
     assert store.state_path.read_bytes() == text
     atomic.write_text(tmp_path / "raw.bin", "é€".encode())
     assert (tmp_path / "raw.bin").read_bytes() == "é€".encode()
