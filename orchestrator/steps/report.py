@@ -151,6 +151,13 @@ def budget_line(totals: BudgetTotals) -> str | None:
 def render(record: RunRecord, tickets: Iterable[tuple[str, TicketRecord]] | None = None) -> str:
     """The whole report as printed at the end of a run. `tickets`: the records, if not in
     `record` (a whole-run step reads them one at a time: `RunStore.shown`), in one pass."""
+    return rendered(record, tickets)[0]
+
+
+def rendered(
+    record: RunRecord, tickets: Iterable[tuple[str, TicketRecord]] | None = None
+) -> tuple[str, int]:
+    """The report (`render`) and how many tickets need a human, from one pass."""
     rows: list[str] = []
     needs_human: list[tuple[str, TicketRecord]] = []
     clamped: list[tuple[str, str | None]] = []
@@ -184,7 +191,7 @@ def render(record: RunRecord, tickets: Iterable[tuple[str, TicketRecord]] | None
         lines += [f"  - {r.file}: {r.reason}" for r in record.rejected]
     run_dir = f"runs/{record.run_id}"
     lines.append(f"Trace: {run_dir}/run-state.json / {run_dir}/run.jsonl (run_id={record.run_id})")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n", len(needs_human)
 
 
 def waiting_lines(run_id: str, ticket_id: str, call: WaitingCall) -> list[str]:
@@ -205,11 +212,11 @@ def report(ctx: Context) -> int:
     if meta.status is RunPhase.DONE and meta.exit_code is not None:
         return meta.exit_code
     ctx.open_node()
-    needs_human = any(t.status is not TicketStatus.PASS for _i, t in ctx.store.records())
-    code = ExitCode.NEEDS_HUMAN if needs_human or meta.rejected else ExitCode.ALL_PASS
     if ctx.redis is not None:
         budget_ledger.snapshot(ctx.redis, ctx.store)
-    text = render(ctx.store.read({}), ctx.store.shown())  # each record read as it is shown
+    # Each record is read as its line is rendered, not all of them first.
+    text, needs_human = rendered(ctx.store.read({}), ctx.store.shown())
+    code = ExitCode.NEEDS_HUMAN if needs_human or meta.rejected else ExitCode.ALL_PASS
     ctx.store.write(ctx.store.report_path, text)
     ctx.close_node()
     return ending.end(ctx.store, RunPhase.DONE, code)
