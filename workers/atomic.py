@@ -5,8 +5,9 @@ from __future__ import annotations
 import ctypes
 import os
 import secrets
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 try:
     _LIBC: ctypes.CDLL | None = ctypes.CDLL(None, use_errno=True)
@@ -80,22 +81,31 @@ def _write_temp(target: Path, text: Content, fsync: bool) -> Path:
             continue
         break
     try:
-        for piece in pieces:
-            view = memoryview(piece)
-            while view:
-                view = view[os.write(fd, view) :]
+        for piece in pieces:  # a producer's own error (a record it read) goes out as it is
+            _write_all(fd, piece, target)
         if fsync:
-            os.fsync(fd)
-    except OSError as exc:  # a failed write() or fsync() names no file: say which one
-        os.close(fd)
-        tmp.unlink(missing_ok=True)
-        raise OSError(exc.errno, exc.strerror, str(target)) from exc
+            _named(os.fsync, fd, target=target)
     except BaseException:
         os.close(fd)
         tmp.unlink(missing_ok=True)
         raise
     os.close(fd)
     return tmp
+
+
+def _write_all(fd: int, data: bytes, target: Path) -> None:
+    """All of `data` to `fd`; an error names `target`."""
+    view = memoryview(data)
+    while view:
+        view = view[_named(os.write, fd, view, target=target) :]
+
+
+def _named(call: Callable[..., int | None], *args: Any, target: Path) -> Any:
+    """`call(*args)`: a failed write() or fsync() names no file, so its error names `target`."""
+    try:
+        return call(*args)
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror, str(target)) from exc
 
 
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)

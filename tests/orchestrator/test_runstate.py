@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import multiprocessing
 import os
@@ -222,3 +223,21 @@ def test_a_write_in_pieces_that_fails_leaves_the_old_file(tmp_path: Path) -> Non
     assert os.listdir(tmp_path) == ["state.json"]
     atomic.write_text(target, iter([b"new, ", b"and whole"]))
     assert target.read_text() == "new, and whole"
+
+
+def test_an_error_of_the_producer_is_its_own_not_the_files_it_writes(tmp_path: Path) -> None:
+    """Content made as it is written (run-state.json from each record in turn): a record the
+    producer cannot read is the error raised, naming that record, not the file being written
+    (which would say the run folder is unwritable); the old file stays whole."""
+    target, record = tmp_path / "run-state.json", tmp_path / "records" / "T-2.json"
+    atomic.write_text(target, "old")
+
+    def pieces() -> Iterator[bytes]:
+        yield b"{"
+        raise PermissionError(errno.EACCES, "Permission denied", str(record))  # as open() does
+
+    with pytest.raises(PermissionError) as raised:
+        atomic.write_text(target, pieces())
+    assert raised.value.filename == str(record)
+    assert target.read_text() == "old"
+    assert os.listdir(tmp_path) == ["run-state.json"]
