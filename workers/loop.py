@@ -89,8 +89,9 @@ def run(state: RunState, h: Harness) -> RunState:
                 return stopped
             continue
         if (answer := _final_answer(state)) is not None:
+            saved = state.status is RunStatus.COMPLETED  # with its last turn (_record_reply)
             state.output = answer
-            return _stop(state, h, RunStatus.COMPLETED)
+            return _stop(state, h, RunStatus.COMPLETED, save=not saved)
         if h.caps.max_turns is not None and state.turns >= h.caps.max_turns:
             return _stop(state, h, RunStatus.MAX_TURNS_EXCEEDED, Interruption(type="max_turns"))
         if h.caps.budget_usd is not None and state.cost_usd >= h.caps.budget_usd:
@@ -185,6 +186,10 @@ def _record_reply(state: RunState, h: Harness, reply: ModelReply, hold: Hold | N
     state.turns += 1
     state.per_turn_prompt_tokens.append(reply.usage.prompt_tokens)
     state.messages.append(reply.message)
+    if reply.finish_reason not in TRUNCATED and (answer := _final_answer(state)) is not None:
+        # The run ends on this turn: one save holds the turn and the exit, not two files.
+        state.status, state.interruption, state.error = RunStatus.COMPLETED, None, None
+        state.output = answer
     _save(state, h)
     h.tracer.emit(
         "turn",
@@ -368,10 +373,13 @@ def _stop(
     status: RunStatus,
     interruption: Interruption | None = None,
     error: str | None = None,
+    save: bool = True,
 ) -> RunState:
-    """Set the exit as data, persist it, and trace why the run stopped."""
+    """Set the exit as data, persist it (unless saved already: `save`), and trace why the
+    run stopped."""
     state.status, state.interruption, state.error = status, interruption, error
-    _save(state, h, durable=False)  # a resume finds the same exit again from the transcript
+    if save:  # a resume finds the same exit again from the transcript
+        _save(state, h, durable=False)
     reason = interruption.type if interruption else (error or status.value)
     h.tracer.emit(
         "run_stopped",

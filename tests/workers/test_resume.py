@@ -186,3 +186,46 @@ def test_a_superseded_run_stops_before_its_next_model_call_and_saves_nothing(
     assert httpx.get(stats).json()["requests"] - before == 1
     saved = RunState.load(tmp_path / "s")
     assert saved.turns == 1 and not any(m.role == "tool" for m in saved.messages)
+
+
+class _Recording(Fence):
+    """Lets every write through and notes what each one saved: (status, turns, durable)."""
+
+    def __init__(self) -> None:
+        self.saves: list[tuple[str, int, bool]] = []
+
+    def write(self, path: str | os.PathLike[str], text: object, durable: bool = True) -> None:
+        saved = json.loads(text)  # type: ignore[arg-type]
+        self.saves.append((saved["status"], saved["turns"], durable))
+        super().write(path, text, durable)  # type: ignore[arg-type]
+
+
+def test_the_turn_that_ends_a_run_and_its_exit_are_one_durable_save(
+    harness_url: str, tmp_path: Path
+) -> None:
+    """`plan` (three turns, two read-only tools): every paid turn is saved durably, and the
+    last one carries the completed exit with it; no second file is written for the exit
+    (one file replaced less per agent run). A resume of that file pays nothing more."""
+    stats = harness_url.replace("/v1", "/stats")
+    opts = chapter.Options(scenario="plan", workspace=tmp_path / "ws", state=tmp_path / "s")
+    chapter_tools.make_demo_workspace(opts.workspace)
+    client = ModelClient(HarnessSettings(base_url=harness_url))
+    try:
+        h = chapter.build(opts, client, new_run("system", "task", model="plan"))
+        h.fence = recording = _Recording()
+        done = loop.run(new_run("system", "task", model="plan"), h)
+        before = httpx.get(stats).json()["requests"]
+        again = loop.run(RunState.load(tmp_path / "s"), h)
+    finally:
+        client.close()
+    assert done.status is RunStatus.COMPLETED and done.turns == 3
+    assert recording.saves == [
+        ("running", 1, True),
+        ("running", 1, False),  # list_files' result: read-only, derivable, no fsync
+        ("running", 2, True),
+        ("running", 2, False),
+        ("completed", 3, True),  # the last turn and the exit, together
+    ]
+    saved = RunState.load(tmp_path / "s")
+    assert (saved.status, saved.output, saved.error) == (RunStatus.COMPLETED, done.output, None)
+    assert again.status is RunStatus.COMPLETED and httpx.get(stats).json()["requests"] == before
