@@ -163,8 +163,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     letters = chosen_sections(args.only)
     options = options_from(args)
-    host, started = machine.describe(), datetime.now().astimezone()
     scratch = Path(tempfile.mkdtemp(prefix="tg-bench-"))
+    host, started = machine.describe(scratch), datetime.now().astimezone()
     clock = time.monotonic()
     try:
         ctx = Context(options, scratch)

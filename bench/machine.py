@@ -17,9 +17,10 @@ from typing import Any
 PROC_STAT_STEAL = 8  # index of `steal` among the numbers of the `cpu` line of /proc/stat
 
 
-def describe() -> dict[str, Any]:
-    """Cores, CPU model, memory, kernel and Python version of this machine."""
-    return {
+def describe(scratch: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+    """Cores, CPU model, memory, kernel and Python version of this machine, and the
+    filesystem the runs write to (`scratch`, a folder on it)."""
+    found = {
         "nproc": len(os.sched_getaffinity(0)),
         "cpu_model": _cpu_model(),
         "mem_total_gib": round(_meminfo_kib("MemTotal") / 1024**2, 1),
@@ -27,14 +28,49 @@ def describe() -> dict[str, Any]:
         "python": sys.version.split()[0],
         "implementation": platform.python_implementation(),
     }
+    return found | ({"filesystem": filesystem(scratch)} if scratch is not None else {})
+
+
+def filesystem(folder: str | os.PathLike[str]) -> dict[str, Any]:
+    """The mount `folder` is on (/proc/self/mountinfo): its type and device, and for ext4
+    whether it has a journal. Every ticket writes files by temp file and rename; on ext4
+    without a journal each new file skips the inodes freed in the last 60 to 360 s, so the
+    same run costs more CPU right after many files were deleted (BENCHMARKS.md)."""
+    path = os.path.realpath(folder)
+    best: tuple[str, str, str] = ("", "unknown", "unknown")
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8") as mounts:
+            for line in mounts:
+                fields, _, rest = line.partition(" - ")
+                point = fields.split()[4].replace("\\040", " ")
+                inside = path == point or path.startswith(point.rstrip("/") + "/")
+                if inside and len(point) >= len(best[0]):
+                    kind, source = rest.split()[:2]
+                    best = (point, kind, source)
+    except OSError:
+        return {"type": "unknown"}
+    point, kind, source = best
+    found: dict[str, Any] = {"mount": point, "type": kind, "device": source}
+    if kind == "ext4":  # a journal is a jbd2 journal named after the device
+        device = os.path.basename(source)
+        found["journal"] = os.path.isdir("/proc/fs/jbd2") and any(
+            name.startswith(f"{device}-") for name in os.listdir("/proc/fs/jbd2")
+        )
+    return found
 
 
 def one_line(machine: dict[str, Any]) -> str:
-    """`2 × AMD EPYC, 23.5 GiB, Linux 6.x, Python 3.11.7`."""
-    return (
+    """`2 × AMD EPYC, 23.5 GiB, Linux 6.x, Python 3.11.7` and, when known, the runs'
+    filesystem (`ext4 without a journal`)."""
+    line = (
         f"{machine['nproc']} × {machine['cpu_model']}, {machine['mem_total_gib']} GiB, "
         f"Linux {machine['kernel']}, Python {machine['python']}"
     )
+    fs = machine.get("filesystem")
+    if fs and fs.get("type") not in (None, "unknown"):
+        journal = {True: " with a journal", False: " without a journal"}.get(fs.get("journal"))
+        line += f", runs on {fs['type']}{journal or ''}"
+    return line
 
 
 def _cpu_model() -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +57,10 @@ def test_the_chosen_sections_ran_on_a_described_machine(
     report, _table = suite
     assert set(report["sections"]) == {"d", "e"}
     assert report["machine"]["nproc"] >= 1 and report["machine"]["python"]
+    # The filesystem its runs wrote to: that of the system's temp folder, as findmnt says.
+    fs = report["machine"]["filesystem"]
+    assert [fs["mount"], fs["type"]] == findmnt(tempfile.gettempdir())
+    assert (fs["type"] == "ext4") == ("journal" in fs)
     for section in report["sections"].values():
         assert section["error"] == ""
         assert len(section["load"]["loadavg_start"]) == 3
@@ -97,6 +102,13 @@ def test_the_table_prints_every_figure_with_its_verdict(suite: tuple[dict[str, A
         row = next(line for line in lines if line.strip().startswith(figure["label"]))
         assert f" {figure['verdict']}" in row
     assert "load" in table and report["machine"]["cpu_model"] in table
+    assert f"runs on {report['machine']['filesystem']['type']}" in table
+
+
+def findmnt(folder: str) -> list[str]:
+    """The mount point and filesystem type of the mount `folder` is on, by util-linux."""
+    argv = ["findmnt", "--noheadings", "--output", "TARGET,FSTYPE", "--target", folder]
+    return subprocess.run(argv, capture_output=True, text=True, check=True).stdout.split()
 
 
 def test_an_unknown_section_is_a_usage_error() -> None:
