@@ -5,9 +5,8 @@ from __future__ import annotations
 import ctypes
 import os
 import secrets
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
 try:
     _LIBC: ctypes.CDLL | None = ctypes.CDLL(None, use_errno=True)
@@ -84,7 +83,10 @@ def _write_temp(target: Path, text: Content, fsync: bool) -> Path:
         for piece in pieces:  # a producer's own error (a record it read) goes out as it is
             _write_all(fd, piece, target)
         if fsync:
-            _named(os.fsync, fd, target=target)
+            try:
+                os.fsync(fd)
+            except OSError as exc:
+                raise _naming(exc, target) from exc
     except BaseException:
         os.close(fd)
         tmp.unlink(missing_ok=True)
@@ -96,16 +98,16 @@ def _write_temp(target: Path, text: Content, fsync: bool) -> Path:
 def _write_all(fd: int, data: bytes, target: Path) -> None:
     """All of `data` to `fd`; an error names `target`."""
     view = memoryview(data)
-    while view:
-        view = view[_named(os.write, fd, view, target=target) :]
-
-
-def _named(call: Callable[..., int | None], *args: Any, target: Path) -> Any:
-    """`call(*args)`: a failed write() or fsync() names no file, so its error names `target`."""
     try:
-        return call(*args)
+        while view:
+            view = view[os.write(fd, view) :]
     except OSError as exc:
-        raise OSError(exc.errno, exc.strerror, str(target)) from exc
+        raise _naming(exc, target) from exc
+
+
+def _naming(exc: OSError, target: Path) -> OSError:
+    """A failed write() or fsync() names no file: the same error, naming `target`."""
+    return OSError(exc.errno, exc.strerror, str(target))
 
 
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
