@@ -28,6 +28,9 @@ NO_SCRIPT = "no script matched the request"  # what the scripted provider answer
 
 _clients: dict[str, ModelClient] = {}
 _clients_lock = threading.Lock()
+# The settings object of the last call and its client: every task of a worker passes the
+# same object (worker_llm), so most calls skip dumping it to JSON for the key (~30 us).
+_last_client: tuple[HarnessSettings, ModelClient] | None = None
 
 
 @dataclass
@@ -233,10 +236,15 @@ def shared_client(llm: HarnessSettings, r: redis.Redis | None = None) -> ModelCl
     lazily, so a prefork worker builds its own after the fork. With `r` (the broker's
     Redis) its requests wait under the endpoint's shared caps, if LLM_MAX_* set any.
     """
+    global _last_client
+    last = _last_client  # one read: another thread may replace it meanwhile
+    if last is not None and last[0] is llm:  # the settings object of the last call
+        return last[1]
     key = llm.model_dump_json()
     with _clients_lock:
         if key not in _clients:
             _clients[key] = ModelClient(llm, gate=ratecap.gate_for(r, llm))
+        _last_client = (llm, _clients[key])
         return _clients[key]
 
 

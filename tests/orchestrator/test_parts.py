@@ -1,4 +1,5 @@
-"""Gate, router parsing, inbox, workspace init and the report's one-liners."""
+"""Gate, router parsing, inbox, workspace init, the report's one-liners and the shared model
+client."""
 
 from __future__ import annotations
 
@@ -7,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.steps import gate, report, route
+from orchestrator.steps import agent, gate, report, route
 from orchestrator.workspace import init_demo
+from workers.settings import HarnessSettings
 from workers.trace import Tracer, read
 
 FILLER = ["please wait a moment", "we will resolve this soon"]
@@ -66,3 +68,16 @@ def test_the_soft_time_limit_must_stay_below_the_hard_one() -> None:
     rule = "SOFT_TIME_LIMIT_S (60) must be less than TICKETGRAPH_TIME_LIMIT_S (60)"
     with pytest.raises(ValidationError, match=re.escape(rule)):
         GraphSettings(soft_time_limit_s=60, time_limit_s=60)
+
+
+def test_one_model_client_per_endpoint_whichever_settings_object_names_it() -> None:
+    """The same object, an equal one and the first again share a client; another endpoint
+    gets its own, and naming the first after it does not hand back the other's."""
+    first = HarnessSettings(base_url="http://127.0.0.1:9/v1")
+    equal = HarnessSettings(base_url="http://127.0.0.1:9/v1")
+    other = HarnessSettings(base_url="http://127.0.0.1:10/v1")
+    client = agent.shared_client(first)
+    assert agent.shared_client(first) is client and agent.shared_client(equal) is client
+    elsewhere = agent.shared_client(other)
+    assert elsewhere is not client and str(elsewhere.settings.base_url).endswith(":10/v1")
+    assert agent.shared_client(first) is client and agent.shared_client(other) is elsewhere
