@@ -128,12 +128,14 @@ def test_a_figure_without_a_value_or_with_a_wrong_run_does_not_pass() -> None:
     assert Figure("x", "x", 3.0).verdict is Verdict.REFERENCE
 
 
-def test_a_watched_process_reports_its_descendants_and_its_writes(tmp_path: Path) -> None:
+def test_a_watched_process_reports_descendants_writes_and_kernel_time(tmp_path: Path) -> None:
     script = (
         "import os, subprocess, sys, time\n"
         "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(1.0)'])\n"
         "with open('data.bin', 'wb') as f:\n"
         "    f.write(os.urandom(1 << 20)); f.flush(); os.fsync(f.fileno())\n"
+        "for i in range(2000):\n"  # work done in the kernel: files made and deleted
+        "    open(f'f{i}', 'w').close(); os.unlink(f'f{i}')\n"
         "child.wait()\n"
     )
     done = run_watched([sys.executable, "-c", script], tmp_path, {}, tmp_path / "logs", 30)
@@ -141,6 +143,7 @@ def test_a_watched_process_reports_its_descendants_and_its_writes(tmp_path: Path
     assert len(done.peaks) >= 2  # the child and its grandchild
     assert done.oublock * 512 >= 1 << 20
     assert done.children_oublock == done.oublock
+    assert 0 < done.system_cpu_s <= done.cpu_s
 
 
 def test_the_trace_span_runs_from_the_first_event_to_the_last(tmp_path: Path) -> None:
