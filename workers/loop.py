@@ -378,6 +378,8 @@ def _stop(
     """Set the exit as data, persist it (unless saved already: `save`), and trace why the
     run stopped."""
     state.status, state.interruption, state.error = status, interruption, error
+    if status is not RunStatus.COMPLETED:  # an answer that came as it was cancelled, say:
+        state.output = None  # only a completed run has an output (a resume completes it)
     if save:  # a resume finds the same exit again from the transcript
         _save(state, h, durable=False)
     reason = interruption.type if interruption else (error or status.value)

@@ -17,6 +17,7 @@ import pytest
 
 from tests.workers.conftest import RunScenario
 from workers import chapter, chapter_tools, loop, trace
+from workers.cancel import CancelToken
 from workers.client import ModelClient
 from workers.errors import Superseded
 from workers.fence import Fence
@@ -229,3 +230,47 @@ def test_the_turn_that_ends_a_run_and_its_exit_are_one_durable_save(
     saved = RunState.load(tmp_path / "s")
     assert (saved.status, saved.output, saved.error) == (RunStatus.COMPLETED, done.output, None)
     assert again.status is RunStatus.COMPLETED and httpx.get(stats).json()["requests"] == before
+
+
+class _CancelsOnTurn(trace.Tracer):
+    """A tracer that cancels the run as it traces turn `turn`: a cancel (a person's, the
+    soft time limit) that lands just after the run's last reply was saved."""
+
+    def __init__(self, path: Path, cancel: CancelToken, turn: int) -> None:
+        super().__init__(path, "r")
+        self.cancel, self.turn = cancel, turn
+
+    def bind(self, **fields: object) -> trace.Tracer:
+        return self
+
+    def emit(self, event: str, **data: object) -> None:
+        super().emit(event, **data)
+        if event == "turn" and data.get("turn") == self.turn:
+            self.cancel.cancel("cancelled: by a person")
+
+
+def test_a_run_cancelled_as_its_last_reply_arrives_stops_without_an_output(
+    harness_url: str, tmp_path: Path
+) -> None:
+    """The last reply is saved with the completed exit; a cancel that lands right after it
+    still stops the run `interrupted`, with no output, in memory and in the file. A resume
+    completes it from the saved reply and pays nothing more."""
+    stats = harness_url.replace("/v1", "/stats")
+    opts = chapter.Options(scenario="plan", workspace=tmp_path / "ws", state=tmp_path / "s")
+    chapter_tools.make_demo_workspace(opts.workspace)
+    client = ModelClient(HarnessSettings(base_url=harness_url))
+    try:
+        h = chapter.build(opts, client, new_run("system", "task", model="plan"))
+        h.tracer = _CancelsOnTurn(tmp_path / "t.jsonl", h.cancel, turn=3)
+        stopped = loop.run(new_run("system", "task", model="plan"), h)
+        saved = RunState.load(tmp_path / "s")
+        before = httpx.get(stats).json()["requests"]
+        h.cancel, h.tracer = CancelToken(), trace.Tracer(tmp_path / "t.jsonl", "r")
+        again = loop.run(RunState.load(tmp_path / "s"), h)
+    finally:
+        client.close()
+    assert (stopped.status, stopped.turns, stopped.output) == (RunStatus.INTERRUPTED, 3, None)
+    assert (saved.status, saved.turns, saved.output) == (RunStatus.INTERRUPTED, 3, None)
+    assert saved.interruption is not None and saved.interruption.type == "cancelled"
+    assert again.status is RunStatus.COMPLETED and again.output and again.turns == 3
+    assert httpx.get(stats).json()["requests"] == before
