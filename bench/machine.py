@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import sys
 import time
 from dataclasses import dataclass, field
@@ -37,26 +38,40 @@ def filesystem(folder: str | os.PathLike[str]) -> dict[str, Any]:
     without a journal each new file skips the inodes freed in the last 60 to 360 s, so the
     same run costs more CPU right after many files were deleted (BENCHMARKS.md)."""
     path = os.path.realpath(folder)
-    best: tuple[str, str, str] = ("", "unknown", "unknown")
+    best: tuple[str, str, str, str] = ("", "", "unknown", "unknown")
     try:
         with open("/proc/self/mountinfo", encoding="utf-8") as mounts:
             for line in mounts:
                 fields, _, rest = line.partition(" - ")
-                point = fields.split()[4].replace("\\040", " ")
+                ids, point = fields.split()[2], _unescaped(fields.split()[4])
                 inside = path == point or path.startswith(point.rstrip("/") + "/")
                 if inside and len(point) >= len(best[0]):
                     kind, source = rest.split()[:2]
-                    best = (point, kind, source)
+                    best = (point, ids, kind, source)
     except OSError:
         return {"type": "unknown"}
-    point, kind, source = best
+    point, ids, kind, source = best
     found: dict[str, Any] = {"mount": point, "type": kind, "device": source}
-    if kind == "ext4":  # a journal is a jbd2 journal named after the device
-        device = os.path.basename(source)
-        found["journal"] = os.path.isdir("/proc/fs/jbd2") and any(
-            name.startswith(f"{device}-") for name in os.listdir("/proc/fs/jbd2")
-        )
+    if kind == "ext4":
+        found["journal"] = _has_journal(ids)
     return found
+
+
+def _unescaped(field: str) -> str:
+    """A mountinfo path with its octal escapes (space, tab, newline, backslash) undone."""
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+
+
+def _has_journal(ids: str) -> bool | None:
+    """Whether the block device `ids` (major:minor) has a jbd2 journal: jbd2 names each
+    journal after the kernel's name of its device (vda-8, dm-0-8), which the mount's source
+    (/dev/root, /dev/mapper/...) need not be. None if it cannot be told."""
+    try:
+        device = os.path.basename(os.path.realpath(f"/sys/dev/block/{ids}"))
+        journals = os.listdir("/proc/fs/jbd2") if os.path.isdir("/proc/fs/jbd2") else []
+    except OSError:
+        return None
+    return any(name.rpartition("-")[0] == device for name in journals)
 
 
 def one_line(machine: dict[str, Any]) -> str:

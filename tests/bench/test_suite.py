@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from bench import machine
 from bench.figures import Figure, Target, Verdict
 from bench.runs import trace_span_s
 from bench.watch import run_watched
@@ -155,3 +156,11 @@ def test_the_trace_span_runs_from_the_first_event_to_the_last(tmp_path: Path) ->
     ]
     trace.write_text("".join(json.dumps(line) + "\n" for line in lines))
     assert trace_span_s(trace) == pytest.approx(5.25)
+
+
+def test_mount_points_with_escaped_characters_are_read_as_the_kernel_means_them() -> None:
+    assert machine._unescaped(r"/mnt/a\040b\011c\134d") == "/mnt/a b\tc\\d"
+    assert machine.one_line(
+        {"nproc": 2, "cpu_model": "x", "mem_total_gib": 1, "kernel": "k", "python": "p"}
+        | {"filesystem": {"type": "ext4", "journal": None}}
+    ).endswith("runs on ext4")
