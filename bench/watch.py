@@ -170,7 +170,6 @@ def run_watched(
     child.returncode = os.waitstatus_to_exitcode(status)  # wait4 reaped it, not Popen
     delta = resource.getrusage(resource.RUSAGE_CHILDREN).ru_oublock - before
     rusage = (usage.ru_maxrss, usage.ru_oublock, delta)
-    cpu_s = usage.ru_utime + usage.ru_stime
     return Watched(
         argv,
         child.returncode,
@@ -179,9 +178,9 @@ def run_watched(
         peaks,
         stdout,
         stderr,
-        stopper.fired,
-        cpu_s,
-        usage.ru_stime,
+        timed_out=stopper.fired,
+        cpu_s=usage.ru_utime + usage.ru_stime,
+        system_cpu_s=usage.ru_stime,
     )
 
 

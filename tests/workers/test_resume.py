@@ -147,6 +147,24 @@ def test_malformed_calls_go_back_to_the_model_as_errors(
     assert "do not fit its schema" in results[2] and "path" in results[2]
 
 
+@contextlib.contextmanager
+def _plan_harness(harness_url: str, tmp_path: Path) -> Iterator[loop.Harness]:
+    """The `plan` scenario's harness (demo workspace, state saved at tmp_path/"s") on a
+    client of its own, closed afterwards."""
+    opts = chapter.Options(scenario="plan", workspace=tmp_path / "ws", state=tmp_path / "s")
+    chapter_tools.make_demo_workspace(opts.workspace)
+    client = ModelClient(HarnessSettings(base_url=harness_url))
+    try:
+        yield chapter.build(opts, client, new_run("system", "task", model="plan"))
+    finally:
+        client.close()
+
+
+def _served(harness_url: str) -> int:
+    """Requests the scripted provider has answered so far."""
+    return int(httpx.get(harness_url.replace("/v1", "/stats")).json()["requests"])
+
+
 class _TakenOverAfter(Fence):
     """A fence another copy takes over once this one has saved `saves` times."""
 
@@ -171,20 +189,12 @@ def test_a_superseded_run_stops_before_its_next_model_call_and_saves_nothing(
     """`plan` asks the model three times; a fence taken over after the first saved step
     (the first reply) lets the loop run the tool but not save its result, and never ask
     the model again: one request served, the state file as of that first save."""
-    stats = harness_url.replace("/v1", "/stats")
-    before = httpx.get(stats).json()["requests"]
-    opts = chapter.Options(scenario="plan", workspace=tmp_path / "ws", state=tmp_path / "s")
-    chapter_tools.make_demo_workspace(opts.workspace)
-    client = ModelClient(HarnessSettings(base_url=harness_url))
-    try:
-        state = new_run("system", "task", model="plan")
-        h = chapter.build(opts, client, state)
+    before = _served(harness_url)
+    with _plan_harness(harness_url, tmp_path) as h:
         h.fence = _TakenOverAfter(saves=1)
         with pytest.raises(Superseded):
-            loop.run(state, h)
-    finally:
-        client.close()
-    assert httpx.get(stats).json()["requests"] - before == 1
+            loop.run(new_run("system", "task", model="plan"), h)
+    assert _served(harness_url) - before == 1
     saved = RunState.load(tmp_path / "s")
     assert saved.turns == 1 and not any(m.role == "tool" for m in saved.messages)
 
@@ -207,18 +217,11 @@ def test_the_turn_that_ends_a_run_and_its_exit_are_one_durable_save(
     """`plan` (three turns, two read-only tools): every paid turn is saved durably, and the
     last one carries the completed exit with it; no second file is written for the exit
     (one file replaced less per agent run). A resume of that file pays nothing more."""
-    stats = harness_url.replace("/v1", "/stats")
-    opts = chapter.Options(scenario="plan", workspace=tmp_path / "ws", state=tmp_path / "s")
-    chapter_tools.make_demo_workspace(opts.workspace)
-    client = ModelClient(HarnessSettings(base_url=harness_url))
-    try:
-        h = chapter.build(opts, client, new_run("system", "task", model="plan"))
+    with _plan_harness(harness_url, tmp_path) as h:
         h.fence = recording = _Recording()
         done = loop.run(new_run("system", "task", model="plan"), h)
-        before = httpx.get(stats).json()["requests"]
+        before = _served(harness_url)
         again = loop.run(RunState.load(tmp_path / "s"), h)
-    finally:
-        client.close()
     assert done.status is RunStatus.COMPLETED and done.turns == 3
     assert recording.saves == [
         ("running", 1, True),
@@ -229,7 +232,7 @@ def test_the_turn_that_ends_a_run_and_its_exit_are_one_durable_save(
     ]
     saved = RunState.load(tmp_path / "s")
     assert (saved.status, saved.output, saved.error) == (RunStatus.COMPLETED, done.output, None)
-    assert again.status is RunStatus.COMPLETED and httpx.get(stats).json()["requests"] == before
+    assert again.status is RunStatus.COMPLETED and _served(harness_url) == before
 
 
 class _CancelsOnTurn(trace.Tracer):
@@ -255,22 +258,15 @@ def test_a_run_cancelled_as_its_last_reply_arrives_stops_without_an_output(
     """The last reply is saved with the completed exit; a cancel that lands right after it
     still stops the run `interrupted`, with no output, in memory and in the file. A resume
     completes it from the saved reply and pays nothing more."""
-    stats = harness_url.replace("/v1", "/stats")
-    opts = chapter.Options(scenario="plan", workspace=tmp_path / "ws", state=tmp_path / "s")
-    chapter_tools.make_demo_workspace(opts.workspace)
-    client = ModelClient(HarnessSettings(base_url=harness_url))
-    try:
-        h = chapter.build(opts, client, new_run("system", "task", model="plan"))
+    with _plan_harness(harness_url, tmp_path) as h:
         h.tracer = _CancelsOnTurn(tmp_path / "t.jsonl", h.cancel, turn=3)
         stopped = loop.run(new_run("system", "task", model="plan"), h)
         saved = RunState.load(tmp_path / "s")
-        before = httpx.get(stats).json()["requests"]
+        before = _served(harness_url)
         h.cancel, h.tracer = CancelToken(), trace.Tracer(tmp_path / "t.jsonl", "r")
         again = loop.run(RunState.load(tmp_path / "s"), h)
-    finally:
-        client.close()
     assert (stopped.status, stopped.turns, stopped.output) == (RunStatus.INTERRUPTED, 3, None)
     assert (saved.status, saved.turns, saved.output) == (RunStatus.INTERRUPTED, 3, None)
     assert saved.interruption is not None and saved.interruption.type == "cancelled"
     assert again.status is RunStatus.COMPLETED and again.output and again.turns == 3
-    assert httpx.get(stats).json()["requests"] == before
+    assert _served(harness_url) == before
