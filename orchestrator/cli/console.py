@@ -131,6 +131,8 @@ class Follower:
             self.json_logs, self.lines = False, None
 
     def _read(self) -> None:
+        if self.live is None and not self.json_logs:
+            return  # only the live view counts events, only --log-format json shows them
         for event in self.tail.read():
             self.tally.add(event)
             if self.json_logs:

@@ -4,6 +4,8 @@ document validated against its documented schema."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import pty
@@ -15,8 +17,10 @@ from pathlib import Path
 import yaml
 
 from orchestrator.cli import status
+from orchestrator.cli.console import Follower
 from orchestrator.cli.progress import NODES
 from orchestrator.cli.status import RunDocument, RunRow
+from orchestrator.run.store import RunStore
 from tests.orchestrator.conftest import Cli, clean_env, demo_scripts, settled, state
 
 REPO = Path(__file__).resolve().parents[2]
@@ -95,6 +99,21 @@ def test_cron_gets_one_line_per_node_then_the_report_and_the_verdict(demo: Path,
         f"run {state(demo)['run_id']}: exit 1, some need a human; 6 tickets: "
         "1 needs_human, 5 pass; $0.0386"
     )
+
+
+def test_only_a_view_that_shows_the_trace_reads_it(demo: Path, cli: Cli) -> None:
+    # Node lines come from run-state.json and --quiet shows nothing as the run goes: the
+    # trace (a dozen lines a ticket) is read only for the live view's counts or the JSON logs.
+    assert cli("run", "--quiet", cwd=demo).returncode == 1
+    store = RunStore(demo / "runs" / state(demo)["run_id"])
+    size = store.trace_path.stat().st_size
+    read = {}
+    for mode, json_logs in (("lines", False), ("quiet", False), ("quiet", True)):
+        follow = Follower(store, mode, json_logs=json_logs)
+        with contextlib.redirect_stderr(io.StringIO()):
+            follow(None)
+        read[mode, json_logs] = follow.tail.offset
+    assert read == {("lines", False): 0, ("quiet", False): 0, ("quiet", True): size}
 
 
 def test_quiet_prints_only_the_verdict(demo: Path, cli: Cli) -> None:
