@@ -33,7 +33,17 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from bench import compare, demo, distributed, fleet, harness_overhead, machine, scaling, web
+from bench import (
+    compare,
+    demo,
+    distributed,
+    fleet,
+    harness_overhead,
+    machine,
+    scaling,
+    services,
+    web,
+)
 from bench.figures import Verdict, table_header, table_row
 from bench.suite import Context, Options, Section, SectionRunner
 
@@ -165,6 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     options = options_from(args)
     scratch = Path(tempfile.mkdtemp(prefix="tg-bench-"))
     host, started = machine.describe(scratch), datetime.now().astimezone()
+    host["bytecode_precompiled"] = services.precompile()  # as pip leaves an installed package
     clock = time.monotonic()
     try:
         ctx = Context(options, scratch)

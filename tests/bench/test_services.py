@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from bench import soak
+from bench import services, soak
 from bench.services import trials_folder
 
 
@@ -29,3 +33,15 @@ def test_a_soak_refuses_a_used_folder_and_gets_a_new_one_by_default(
     finally:
         first.rmdir()
         second.rmdir()
+
+
+def test_the_bench_compiles_the_checkout_even_where_bytecode_is_not_written() -> None:
+    # Where PYTHONDONTWRITEBYTECODE is set, every measured `ticketgraph` process would
+    # compile the checkout's modules from source; the bench compiles them once first.
+    module = Path(services.REPO, "orchestrator", "exit_codes.py")
+    cached = Path(importlib.util.cache_from_source(str(module)))
+    cached.unlink(missing_ok=True)
+    code = "from bench import services; raise SystemExit(0 if services.precompile() else 1)"
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    subprocess.run([sys.executable, "-c", code], cwd=services.REPO, env=env, check=True)
+    assert cached.stat().st_mtime_ns >= module.stat().st_mtime_ns
