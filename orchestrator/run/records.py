@@ -128,6 +128,24 @@ class Cancel(BaseModel):
         return f"{CANCELLED} by {self.by}" + (f": {self.reason}" if self.reason else "")
 
 
+class Routed(BaseModel):
+    """Route's decision for a ticket it passed on to drafting (routes.json): the record still
+    reads `claimed` on disk until drafting takes the ticket and writes it (RunStore.ticket)."""
+
+    category: str
+    routing: str  # matched or clamped
+    routed_as: str | None = None  # the router's own label when it was clamped
+
+    def onto(self, ticket: TicketRecord) -> None:
+        """Show the decision in a record that drafting has not written yet."""
+        ticket.category, ticket.routing, ticket.routed_as = (
+            self.category,
+            self.routing,
+            self.routed_as,
+        )
+        ticket.status = TicketStatus.ROUTED
+
+
 class TicketRecord(BaseModel):
     """One ticket's record: the seed's fields plus where it came from and what it cost."""
 

@@ -17,16 +17,23 @@ import json
 import os
 import secrets
 import tempfile
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TypeVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from orchestrator.errors import RunStateError, UsageError
 from orchestrator.run import ids
-from orchestrator.run.records import NodeRecord, RunMeta, RunRecord, TicketRecord
+from orchestrator.run.records import (
+    NodeRecord,
+    Routed,
+    RunMeta,
+    RunRecord,
+    TicketRecord,
+    TicketStatus,
+)
 from workers import atomic
 from workers.fence import UNFENCED, Fence
 from workers.trace import Tracer, now_iso
@@ -35,10 +42,12 @@ STATE_FILE = "run-state.json"
 META_FILE = "run.json"
 TRACE_FILE = "run.jsonl"
 REPORT_FILE = "report.txt"
+ROUTES_FILE = "routes.json"
 
 ROUTER = "_router"  # the router's agent files: no ticket id starts with "_"
 
 M = TypeVar("M", bound=BaseModel)
+T = TypeVar("T")
 
 
 def new_run_id() -> str:
@@ -131,6 +140,11 @@ class RunStore:
         """merge's list of the drafts it published to out/, with their summaries."""
         return self.dir / "published.json"
 
+    @property
+    def routes_path(self) -> Path:
+        """route's decisions for the tickets it passed on to drafting (`Routed`)."""
+        return self.dir / ROUTES_FILE
+
     def node_path(self, node: str) -> Path:
         """One node's record."""
         return self.dir / "nodes" / f"{node}.json"
@@ -169,7 +183,17 @@ class RunStore:
 
     def ticket(self, ticket_id: str) -> TicketRecord:
         """One ticket's record; `RunStateError` naming the ticket and the file if it is gone
-        (the run folder was damaged: the run must not go on as if it had fewer tickets)."""
+        (the run folder was damaged: the run must not go on as if it had fewer tickets).
+
+        A record still `claimed` shows route's decision (routes.json), if it made one: route
+        writes one file for the whole run, and drafting writes the decision into the record
+        when it takes the ticket."""
+        record = self._ticket(ticket_id)
+        if record.status is TicketStatus.CLAIMED and (routed := self.routes().get(ticket_id)):
+            routed.onto(record)
+        return record
+
+    def _ticket(self, ticket_id: str) -> TicketRecord:
         if self._records is not None and (kept := self._records.get(ticket_id)) is not None:
             return TicketRecord.model_validate_json(kept)
         path = self.record_path(ticket_id)
@@ -216,6 +240,28 @@ class RunStore:
         self.write_many(texts())
         if self._records is not None:
             self._records.update(written)
+
+    def save_routes(self, routes: Mapping[str, Routed]) -> None:
+        """Write route's decisions for the tickets it passes on, in one file."""
+        self.write(self.routes_path, _ROUTES.dump_json(dict(routes)))
+
+    def routes(self) -> Mapping[str, Routed]:
+        """route's decisions (empty before route wrote them), parsed once a process for each
+        version of the file."""
+        path = self.routes_path
+        try:
+            stat = os.stat(path)
+        except FileNotFoundError:
+            return {}
+        version = (stat.st_ino, stat.st_mtime_ns, stat.st_size)  # each write is a new inode
+        kept = _routes_read.get(path)
+        if kept is not None and kept[0] == version:
+            return kept[1]
+        routes = _parse_with(_ROUTES.validate_json, _read(path), path)
+        if len(_routes_read) >= _ROUTES_KEPT:
+            _routes_read.pop(next(iter(_routes_read)))
+        _routes_read[path] = (version, routes)
+        return routes
 
     def ticket_ids(self) -> list[str]:
         """Every ticket of the run, sorted: those it claimed (their texts) and those with a
@@ -340,6 +386,10 @@ class RunStore:
         return _load(RunRecord, self.state_path)
 
 
+_ROUTES: TypeAdapter[dict[str, Routed]] = TypeAdapter(dict[str, Routed])
+_ROUTES_KEPT = 8  # runs whose routes.json a process keeps parsed (a worker serves many runs)
+_routes_read: dict[Path, tuple[tuple[int, int, int], dict[str, Routed]]] = {}
+
 _NO_TICKETS = b"{}\n}"  # how a serialised run with no tickets ends
 _TICKET = TicketRecord.__pydantic_serializer__
 
@@ -372,8 +422,13 @@ def _read(path: Path) -> bytes:
 
 def _parse(model: type[M], data: bytes, path: Path) -> M:
     """A record file's bytes parsed as `model`; `RunStateError` if corrupt."""
+    return _parse_with(model.model_validate_json, data, path)
+
+
+def _parse_with(validate: Callable[[bytes], T], data: bytes, path: Path) -> T:
+    """A run file's bytes parsed by `validate`; `RunStateError` if corrupt."""
     try:
-        return model.model_validate_json(data)
+        return validate(data)
     except ValidationError as exc:
         if exc.errors()[0]["type"] == "json_invalid":
             error = exc.errors()[0]["msg"]

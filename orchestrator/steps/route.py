@@ -5,12 +5,11 @@ named need a human (stop `unrouted`), never a template reply."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import NamedTuple
 
 from orchestrator.errors import RouteFailed
 from orchestrator.intake import inbox
 from orchestrator.run import ending
-from orchestrator.run.records import TicketRecord, TicketStatus
+from orchestrator.run.records import Routed, TicketRecord, TicketStatus
 from orchestrator.run.store import ROUTER
 from orchestrator.steps import agent, prompts, routing
 from orchestrator.steps.agent import AgentResult
@@ -18,15 +17,6 @@ from orchestrator.steps.context import Context
 from workers.trace import Tracer
 
 UNROUTED = "unrouted"  # the stop of a ticket the router named no category for, twice
-
-
-class _Outcome(NamedTuple):
-    """What routing a ticket came to: what the trace and the step's answer need of it."""
-
-    status: TicketStatus
-    stop: str | None
-    category: str | None
-    error: str | None
 
 
 def route(ctx: Context) -> list[str]:
@@ -61,35 +51,37 @@ def route(ctx: Context) -> list[str]:
         if second.ok:
             found = _decide(second.text or "", ids, missing, categories, trace)
             decisions |= {i: d for i, d in found.items() if d.how != "missing"}
-    outcomes: list[tuple[str, _Outcome]] = []  # what each ticket's routing came to
-    ctx.store.save_tickets(_apply(ctx, decisions, outcomes))
-    for ticket_id, outcome in outcomes:
-        if outcome.stop == UNROUTED:
-            trace.emit(UNROUTED, ticket=ticket_id, error=outcome.error)
-            trace.emit("verdict", ticket=ticket_id, stop=UNROUTED, status=outcome.status.value)
-        else:
-            trace.emit("routed", ticket=ticket_id, category=outcome.category)
+    routes = {
+        i: Routed(category=d.category, routing=d.how, routed_as=d.raw)
+        for i, d in decisions.items()
+        if d.category is not None
+    }
+    ctx.store.save_routes(routes)  # drafting writes each into the ticket's record
+    unrouted = [i for i in ids if i in decisions and i not in routes]
+    error = _unrouted_error(ctx.meta.config.scripted)
+    ctx.store.save_tickets(_unrouted(ctx, unrouted, error))
+    for ticket_id in ids:
+        if (routed := routes.get(ticket_id)) is not None:
+            trace.emit("routed", ticket=ticket_id, category=routed.category)
+        elif ticket_id in decisions:
+            trace.emit(UNROUTED, ticket=ticket_id, error=error)
+            status = TicketStatus.NEEDS_HUMAN.value
+            trace.emit("verdict", ticket=ticket_id, stop=UNROUTED, status=status)
     ctx.close_node(usage)
     if ctx.meta.config.stop_after == "route":
         ending.stop_early(ctx.store)
         return []
     ctx.store.materialise()
-    return [i for i, t in outcomes if t.status is TicketStatus.ROUTED]
+    return [i for i in ids if i in routes]
 
 
-def _apply(
-    ctx: Context,
-    decisions: dict[str, routing.Decision],
-    outcomes: list[tuple[str, _Outcome]],
-) -> Iterator[tuple[str, TicketRecord]]:
-    """Every ticket's record with its decision applied, one at a time as they are written;
-    what the trace and the step's answer need of each is kept in `outcomes`, not the
-    record (a record is 5.9 KB of objects: 10,000 of them held cost a worker 66 MB)."""
-    for ticket_id, ticket in ctx.store.records():
-        if (decision := decisions.get(ticket_id)) is not None:
-            _routed(ticket, decision, ctx.meta.config.scripted)
-        outcome = _Outcome(ticket.status, ticket.stop, ticket.category, ticket.error)
-        outcomes.append((ticket_id, outcome))
+def _unrouted(ctx: Context, unrouted: list[str], error: str) -> Iterator[tuple[str, TicketRecord]]:
+    """The records of the tickets the router named no category for, twice, with their
+    verdict (a person), one at a time as they are written."""
+    for ticket_id in unrouted:
+        ticket = ctx.store.ticket(ticket_id)
+        ticket.routing, ticket.error = "missing", error
+        ticket.status, ticket.stop = TicketStatus.NEEDS_HUMAN, UNROUTED
         yield ticket_id, ticket
 
 
@@ -106,15 +98,9 @@ SCRIPTED = (
 )
 
 
-def _routed(ticket: TicketRecord, decision: routing.Decision, scripted: bool) -> None:
-    """Record how the ticket was routed: its category, or, if it has none, a person."""
-    ticket.routing, ticket.routed_as = decision.how, decision.raw
-    if decision.category is None:
-        ticket.status, ticket.stop = TicketStatus.NEEDS_HUMAN, UNROUTED
-        ticket.error = "the router named no category for it, asked twice"
-        ticket.error += SCRIPTED if scripted else ""
-    else:
-        ticket.category, ticket.status = decision.category, TicketStatus.ROUTED
+def _unrouted_error(scripted: bool) -> str:
+    """Why a ticket the router named no category for needs a person."""
+    return "the router named no category for it, asked twice" + (SCRIPTED if scripted else "")
 
 
 def _ask(ctx: Context, ids: list[str], name: str, trace: Tracer) -> AgentResult:

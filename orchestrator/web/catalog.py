@@ -23,10 +23,11 @@ from orchestrator.cli.status import seconds_between, verdict_of
 from orchestrator.errors import RunStateError
 from orchestrator.run import ids
 from orchestrator.run.records import TicketStatus, spent
-from orchestrator.run.store import META_FILE, STATE_FILE
+from orchestrator.run.store import META_FILE, ROUTES_FILE, STATE_FILE
 
 HUMAN = TicketStatus.NEEDS_HUMAN.value
 WAITING = TicketStatus.AWAITING_APPROVAL.value
+CLAIMED, ROUTED = TicketStatus.CLAIMED.value, TicketStatus.ROUTED.value
 RUNNING = "running"
 LIVE_TTL_S = 0.5  # a live run's view is reused this long (its page refreshes every 1 s)
 
@@ -107,6 +108,9 @@ class _Folder:
     ended_key: tuple[int, int, int] | None = None
     nodes_key: tuple[Any, ...] | None = None
     nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # route's decisions (routes.json), shown in records drafting has not written yet
+    routes_key: tuple[int, int, int] | None = None
+    routes: dict[str, Any] = field(default_factory=dict)
     last: RunView | None = None  # the last view computed, and when (time.monotonic())
     last_at: float = 0.0
     last_meta: tuple[int, int, int] | None = None  # run.json's version that view was made from
@@ -235,6 +239,7 @@ class Catalog:
         return self._records(run_dir, folder)
 
     def _records(self, run_dir: Path, folder: _Folder) -> list[TicketRow]:
+        self._routes(run_dir, folder)
         seen: dict[str, tuple[tuple[int, int, int], TicketRow]] = {}
         try:
             entries = list(os.scandir(run_dir / "records"))
@@ -253,6 +258,8 @@ class Catalog:
                     continue
                 ticket_id = name[: -len(".json")]
                 record = from_json(Path(entry.path).read_bytes())
+                if record.get("status") == CLAIMED and ticket_id in folder.routes:
+                    record |= folder.routes[ticket_id] | {"status": ROUTED}  # as RunStore shows it
                 seen[name] = (key, _ticket_row(ticket_id, record))
             except (OSError, ValueError, AttributeError):
                 known = folder.records.get(name)
@@ -260,6 +267,18 @@ class Catalog:
                     seen[name] = known
         folder.records = seen
         return sorted((row for _, row in seen.values()), key=lambda r: r.id)
+
+    def _routes(self, run_dir: Path, folder: _Folder) -> None:
+        """Keep route's decisions current; when they change, the rows made without them are
+        made again."""
+        try:
+            key = _key(run_dir / ROUTES_FILE)
+            if key != folder.routes_key:
+                folder.routes = from_json((run_dir / ROUTES_FILE).read_bytes())
+                folder.routes_key = key
+                folder.records.clear()
+        except (OSError, ValueError):
+            pass  # none yet (route has not decided): the next look reads it
 
     def _nodes(self, run_id: str, folder: _Folder) -> dict[str, dict[str, Any]]:
         node_dir = self.runs_dir / run_id / "nodes"

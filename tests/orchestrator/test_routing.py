@@ -3,11 +3,14 @@ claimed ids, only allowed categories, and a record of how each ticket was decide
 
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
 
 import pytest
 
 from orchestrator.steps import routing
+from orchestrator.web.catalog import Catalog
 from tests.orchestrator.conftest import Cli, demo_scripts, state, write_scenarios
 
 ALLOWED = ["billing", "bug", "other"]
@@ -136,3 +139,54 @@ def test_a_ticket_named_on_the_second_ask_is_routed_as_named(demo: Path, cli: Cl
     t1003 = record["tickets"]["T-1003"]
     assert (t1003["category"], t1003["status"], t1003["routing"]) == ("other", "pass", "matched")
     assert (record["nodes"]["route"]["calls"], record["nodes"]["route"]["tokens"]) == (2, 848)
+
+
+def test_route_writes_one_file_for_the_tickets_it_passes_on_not_their_records(
+    demo: Path, cli: Cli
+) -> None:
+    """Route writes its decisions for the tickets it passes on in routes.json, not into each
+    record (one file for the run, not one a ticket); the record of a ticket it ends (a
+    person) is written. Every reader shows the decisions until drafting writes them in:
+    run-state.json, `status`, the web view of a live run; `resume` drafts from them."""
+    unknown = demo / "inbox" / "T-20001.txt"
+    unknown.write_text("Something nobody scripted.\n")
+    os.utime(unknown, (0, 0))  # written long ago: claimable now
+    stopped = cli("run", "--stop-after", "route", cwd=demo)
+    assert stopped.returncode == 2, stopped.stderr
+    run_id = state(demo)["run_id"]
+    run_dir = demo / "runs" / run_id
+    on_disk = {p.stem: json.loads(p.read_text()) for p in (run_dir / "records").glob("*.json")}
+    routes = json.loads((run_dir / "routes.json").read_text())
+    categories = {"T-1001": "billing", "T-1002": "bug", "T-1003": "other"}
+    categories |= {"T-1004": "billing", "T-1005": "bug", "T-1006": "other"}
+    assert {i: r["category"] for i, r in routes.items()} == categories
+    assert {i: r["status"] for i, r in on_disk.items() if i in routes} == dict.fromkeys(
+        categories, "claimed"
+    )
+    ended = on_disk["T-20001"]
+    assert (ended["status"], ended["stop"]) == ("needs_human", "unrouted")
+
+    shown = state(demo)["tickets"]
+    assert {i: (t["status"], t["category"]) for i, t in shown.items() if i in routes} == {
+        i: ("routed", c) for i, c in categories.items()
+    }
+    status = json.loads(cli("status", run_id, "--json", cwd=demo).stdout)
+    tickets = status["record"]["tickets"]
+    assert {i: t["category"] for i, t in tickets.items() if i in routes} == categories
+
+    meta = json.loads((run_dir / "run.json").read_text())  # as if drafting were under way
+    (run_dir / "run.json").write_text(json.dumps(meta | {"status": "running"}))
+    rows = {row.id: row for row in Catalog(demo).view(run_id).tickets}
+    assert {i: (rows[i].status, rows[i].category) for i in categories} == {
+        i: ("routed", c) for i, c in categories.items()
+    }
+    (run_dir / "run.json").write_text(json.dumps(meta))
+
+    resumed = cli("resume", run_id, cwd=demo)
+    assert resumed.returncode == 1, resumed.stderr
+    final = {p.stem: json.loads(p.read_text()) for p in (run_dir / "records").glob("*.json")}
+    assert {i: final[i]["category"] for i in categories} == categories
+    decided = {i: (r["routing"], r["routed_as"]) for i, r in routes.items()}
+    assert {i: (final[i]["routing"], final[i]["routed_as"]) for i in categories} == decided
+    assert {how for how, _ in decided.values()} == {"matched", "clamped"}
+    assert final["T-20001"]["stop"] == "unrouted"

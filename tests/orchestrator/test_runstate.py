@@ -14,7 +14,7 @@ import pytest
 
 from orchestrator.run.fence import EpochFence
 from orchestrator.run.fence import path as fence_path
-from orchestrator.run.records import RunConfig, RunMeta, TicketRecord, TicketStatus
+from orchestrator.run.records import Routed, RunConfig, RunMeta, TicketRecord, TicketStatus
 from orchestrator.run.store import RunStore
 from orchestrator.steps.context import Context
 from orchestrator.steps.draft import draft
@@ -151,6 +151,50 @@ def test_a_held_store_reads_back_its_own_records_and_an_unheld_one_reads_the_fil
     assert held.ticket("T-2").status is TicketStatus.ROUTED
     held.keep("T-2", other)
     assert held.ticket("T-2").status is TicketStatus.PASS
+
+
+def test_a_claimed_record_shows_routes_decision_until_drafting_writes_its_own(
+    tmp_path: Path,
+) -> None:
+    """Route's decisions live in routes.json until drafting takes each ticket: a record
+    still `claimed` shows its decision (a rewritten routes.json, as a re-run route writes
+    it, is read again in a process that read the first), a record drafting wrote shows its
+    own, and one with no decision stays claimed."""
+    store = _new_run(tmp_path, ["T-1", "T-2", "T-3"], TicketStatus.CLAIMED)
+    assert store.ticket("T-1").status is TicketStatus.CLAIMED  # before route decided
+    store.save_routes({i: Routed(category="billing", routing="matched") for i in ("T-1", "T-2")})
+    shown = store.ticket("T-1")
+    assert (shown.status, shown.category, shown.routing) == (
+        TicketStatus.ROUTED,
+        "billing",
+        "matched",
+    )
+    store.save_routes(
+        {i: Routed(category="bug", routing="clamped", routed_as="oops") for i in ("T-1", "T-2")}
+    )
+    shown = store.ticket("T-1")
+    assert (shown.category, shown.routing, shown.routed_as) == ("bug", "clamped", "oops")
+    drafted = store.ticket("T-2")
+    drafted.status, drafted.category = TicketStatus.DRAFTED, "other"
+    store.save_ticket("T-2", drafted)
+    assert (store.ticket("T-2").status, store.ticket("T-2").category) == (
+        TicketStatus.DRAFTED,
+        "other",
+    )
+    assert store.ticket("T-3").status is TicketStatus.CLAIMED
+    held = store.fenced(EpochFence.take(fence_path(store.dir, "T-1")))  # a task's store
+    for _ in range(2):  # read from the file, then from what it keeps
+        assert (held.ticket("T-1").status, held.ticket("T-1").category) == (
+            TicketStatus.ROUTED,
+            "bug",
+        )
+    store.materialise()
+    doc = json.loads(store.state_path.read_text())
+    assert {i: t["status"] for i, t in doc["tickets"].items()} == {
+        "T-1": "routed",
+        "T-2": "drafted",
+        "T-3": "claimed",
+    }
 
 
 def test_run_state_json_reads_as_before_with_any_script_in_it(tmp_path: Path) -> None:
