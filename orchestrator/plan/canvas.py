@@ -18,7 +18,6 @@ import redis
 from orchestrator.broker.app import app
 from orchestrator.plan import events, fanout
 from orchestrator.plan.steps import Plan, Step
-from orchestrator.run.records import RunRecord
 from orchestrator.run.store import RunStore
 
 FAN_OUT_TASK = "orchestrator.fan_out"  # starts a per-ticket step after another one
@@ -26,20 +25,16 @@ FAN_OUT_TASK = "orchestrator.fan_out"  # starts a per-ticket step after another 
 log = logging.getLogger(__name__)
 
 
-def submit(r: redis.Redis, plan: Plan, store: RunStore, record: RunRecord, attempt: str) -> None:
+def submit(r: redis.Redis, plan: Plan, store: RunStore, attempt: str) -> None:
     """Send the first unfinished step of the run (the last one again if all are done: it
-    reports the verdict it recorded)."""
+    reports the verdict it recorded). The records are read only for a per-ticket step."""
     events.mark_submitted(r, store.run_id, attempt)
-    step = plan.first_unfinished(record) or plan.steps[-1]
+    step = plan.first_unfinished(store.nodes()) or plan.steps[-1]
     if step.per_ticket:
-        fan_out(r, plan, step, store, attempt, takers(record, step), record.config.pool_size)
+        takers = [i for i, t in store.records() if t.status is step.takes]
+        fan_out(r, plan, step, store, attempt, takers, store.meta().config.pool_size)
     else:
         _send(step.task, str(store.dir), attempt)
-
-
-def takers(record: RunRecord, step: Step) -> list[str]:
-    """The tickets a per-ticket step takes: those with the status it takes."""
-    return [i for i, t in record.tickets.items() if t.status is step.takes]
 
 
 def fan_out(

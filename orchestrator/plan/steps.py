@@ -21,12 +21,12 @@ in run-state.json, the trace and the report, as in the seed).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
-from orchestrator.run.records import RunRecord, TicketStatus
+from orchestrator.run.records import NodeRecord, TicketStatus
 from orchestrator.steps.draft import draft
 from orchestrator.steps.merge import merge
 from orchestrator.steps.report import report
@@ -107,9 +107,9 @@ class Plan:
         """`step` and every step after it: what runs again for a ticket taken up there."""
         return self.steps[self.steps.index(step) :]
 
-    def first_unfinished(self, record: RunRecord) -> Step | None:
+    def first_unfinished(self, nodes: Mapping[str, NodeRecord]) -> Step | None:
         """Where the run stands: the first step whose node has not finished (None: all)."""
-        return next((s for s in self.steps if not record.done(s.node)), None)
+        return next((s for s in self.steps if s.node not in nodes or not nodes[s.node].done), None)
 
     def stopped_in(self, name: str | None, drafted: bool) -> Step:
         """The step a ticket is taken up again by: the one it stopped in (records from

@@ -157,7 +157,7 @@ def _submit_and_wait(
     def submit() -> None:
         r.delete(keys.events(store.run_id))  # left over from an earlier submission
         budget.open_ledger(r, store, budget.limits(store.meta().config))
-        canvas.submit(r, tasks.registered(), store, store.read(), attempt)
+        canvas.submit(r, tasks.registered(), store, attempt)
 
     _through_outage(submit, window, "submitting the run", settings)
     relay = cancel.Relay(store, r)  # cancels made where no broker was at hand
