@@ -13,7 +13,7 @@ from typing import Any, Literal
 from orchestrator.cli import status
 from orchestrator.cli.progress import Tally, TraceTail
 from orchestrator.config.environment import GraphSettings
-from orchestrator.errors import BrokerUnavailable, RunStorageError
+from orchestrator.errors import BrokerUnavailable, RunStateError, RunStorageError
 from orchestrator.exit_codes import ExitCode
 from orchestrator.plan import submission
 from orchestrator.run.records import FAILED_STOPS, Cancel, RunMeta, RunPhase, RunRecord
@@ -224,8 +224,7 @@ def wait_for_verdict(
     except RunStorageError as exc:
         return _unwritable(store, exc)
     try:
-        store.materialise()
-        record = store.materialised()
+        record = ended_record(store)
     except OSError as exc:
         return _unwritable(store, exc)
     try:
@@ -235,6 +234,22 @@ def wait_for_verdict(
     except BrokenPipeError:  # stdout went away (`| head`): the run's outcome stands
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return code
+
+
+def ended_record(store: RunStore) -> RunRecord:
+    """run-state.json as the run's end wrote it, if the run is done and the file is the one
+    its end materialised (no record changes after a verdict); else materialised again (a
+    run that stopped or was cut off may have tickets still finishing)."""
+    meta = store.meta()
+    if meta.status is RunPhase.DONE:
+        try:
+            record = store.materialised()
+        except RunStateError:
+            record = None
+        if record is not None and record.updated_at == meta.updated_at:
+            return record
+    store.materialise()
+    return store.materialised()
 
 
 def _conclude(store: RunStore, record: RunRecord, code: int, shown: Mode, as_json: bool) -> None:

@@ -17,9 +17,10 @@ from pathlib import Path
 import yaml
 
 from orchestrator.cli import status
-from orchestrator.cli.console import Follower
+from orchestrator.cli.console import Follower, ended_record
 from orchestrator.cli.progress import NODES
 from orchestrator.cli.status import RunDocument, RunRow
+from orchestrator.run.records import TicketStatus
 from orchestrator.run.store import RunStore
 from tests.orchestrator.conftest import Cli, clean_env, demo_scripts, settled, state
 
@@ -114,6 +115,23 @@ def test_only_a_view_that_shows_the_trace_reads_it(demo: Path, cli: Cli) -> None
             follow(None)
         read[mode, json_logs] = follow.tail.offset
     assert read == {("lines", False): 0, ("quiet", False): 0, ("quiet", True): size}
+
+
+def test_the_command_shows_the_run_state_its_end_wrote_and_makes_it_again_if_stale(
+    demo: Path, cli: Cli
+) -> None:
+    # A run that is done got run-state.json from its end: read as it is, not made again from
+    # every record. One older than run.json (its end's write lost) is made again.
+    assert cli("run", "--quiet", cwd=demo).returncode == 1
+    store = RunStore(demo / "runs" / state(demo)["run_id"])
+    written = store.state_path.stat().st_ino
+    assert ended_record(store).exit_code == 1
+    assert store.state_path.stat().st_ino == written
+    stale = json.loads(store.state_path.read_text()) | {"updated_at": "2026-01-01T00:00:00.000Z"}
+    stale["tickets"]["T-1001"]["status"] = "drafted"
+    store.state_path.write_text(json.dumps(stale))
+    assert ended_record(store).tickets["T-1001"].status is TicketStatus.PASS
+    assert json.loads(store.state_path.read_text())["tickets"]["T-1001"]["status"] == "pass"
 
 
 def test_quiet_prints_only_the_verdict(demo: Path, cli: Cli) -> None:
