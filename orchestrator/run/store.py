@@ -43,6 +43,7 @@ META_FILE = "run.json"
 TRACE_FILE = "run.jsonl"
 REPORT_FILE = "report.txt"
 ROUTES_FILE = "routes.json"
+ROUTE_NODE = "route"  # the node that writes ROUTES_FILE
 
 ROUTER = "_router"  # the router's agent files: no ticket id starts with "_"
 
@@ -189,9 +190,24 @@ class RunStore:
         writes one file for the whole run, and drafting writes the decision into the record
         when it takes the ticket."""
         record = self._ticket(ticket_id)
-        if record.status is TicketStatus.CLAIMED and (routed := self.routes().get(ticket_id)):
-            routed.onto(record)
+        if record.status is TicketStatus.CLAIMED:
+            if (routed := self.routes().get(ticket_id)) is not None:
+                routed.onto(record)
+            elif not self.routes_path.exists() and self._route_done():
+                raise RunStateError(
+                    f"ticket {ticket_id} has no routing decision: {self.routes_path} is "
+                    "missing (the run folder was damaged; restore the file, or "
+                    f"`ticketgraph requeue {self.run_id} {ticket_id}` to run it again in a "
+                    "new run)"
+                )
         return record
+
+    def _route_done(self) -> bool:
+        """Route's node is closed (it wrote routes.json before it closed)."""
+        try:
+            return _load(NodeRecord, self.node_path(ROUTE_NODE)).done
+        except RunStateError:
+            return False
 
     def _ticket(self, ticket_id: str) -> TicketRecord:
         if self._records is not None and (kept := self._records.get(ticket_id)) is not None:

@@ -164,3 +164,22 @@ def test_a_deleted_record_is_a_damaged_run_folder_named_not_a_smaller_run(
     requeued = cli("requeue", run_id, "T-1006", cwd=demo)
     assert requeued.returncode == 0, requeued.stderr
     assert (demo / "inbox" / "T-1006.txt").exists()
+
+
+def test_a_deleted_routes_file_is_a_damaged_run_folder_named_not_tickets_skipped(
+    demo: Path, cli: Cli
+) -> None:
+    """Route's decisions live in routes.json until drafting writes them in: a run stopped
+    after route that loses the file fails resume and status (exit 3) naming a ticket and
+    the file, instead of drafting none of its tickets."""
+    stopped = cli("run", "--stop-after", "route", cwd=demo)
+    assert stopped.returncode == 2, stopped.stderr
+    run_id = state(demo)["run_id"]
+    routes = demo / "runs" / run_id / "routes.json"
+    routes.unlink()
+    for command in (["resume", run_id], ["status", run_id]):
+        done = cli(*command, cwd=demo)
+        assert done.returncode == 3, done.stdout + done.stderr
+        assert f"ticket T-1001 has no routing decision: {routes} is missing" in done.stderr
+        assert "Traceback" not in done.stderr
+    assert state(demo)["status"] == "stopped_early"
