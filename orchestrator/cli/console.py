@@ -111,14 +111,16 @@ class Follower:
         self.store = store
         self.json_logs = json_logs
         self.tail = TraceTail(store.trace_path)
-        budget = store.meta().config.run_budget_usd
-        self.tally = Tally(tickets=len(store.ticket_ids()), budget_usd=budget)
         self.lines = ProgressPrinter(store) if mode == "lines" else None
         self.live = None
-        if mode == "live":
-            from orchestrator.cli.live import LiveView
+        self.tally: Tally | None = None  # counted only for the views that read the trace
+        if mode == "live" or json_logs:
+            budget = store.meta().config.run_budget_usd
+            self.tally = tally = Tally(tickets=len(store.ticket_ids()), budget_usd=budget)
+            if mode == "live":
+                from orchestrator.cli.live import LiveView
 
-            self.live = LiveView(store.run_id, self.tally)
+                self.live = LiveView(store.run_id, tally)
 
     def __call__(self, event: dict[str, Any] | None) -> None:
         """Take in what the trace gained; print a node's line when one ended. Output that
@@ -131,7 +133,7 @@ class Follower:
             self.json_logs, self.lines = False, None
 
     def _read(self) -> None:
-        if self.live is None and not self.json_logs:
+        if self.tally is None:
             return  # only the live view counts events, only --log-format json shows them
         for event in self.tail.read():
             self.tally.add(event)

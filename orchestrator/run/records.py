@@ -6,6 +6,7 @@ not grow with the number of tickets:
     runs/<run_id>/run.json              RunMeta: config, status, exit code (rare writers)
     runs/<run_id>/nodes/<node>.json     NodeRecord: the node's opener, then its closer
     runs/<run_id>/records/<ticket>.json TicketRecord: the task that holds the ticket
+    runs/<run_id>/routes.json           Routed by ticket: route (shown in claimed records)
     runs/<run_id>/run-state.json        RunRecord: all of the above, materialised
 
 `RunRecord` keeps the fields run-state.json has always had, so readers of that file see no
@@ -128,15 +129,16 @@ class Cancel(BaseModel):
         return f"{CANCELLED} by {self.by}" + (f": {self.reason}" if self.reason else "")
 
 
-class Routed(BaseModel):
+class Routed(BaseModel, frozen=True):
     """Route's decision for a ticket it passed on to drafting (routes.json): the record still
-    reads `claimed` on disk until drafting takes the ticket and writes it (RunStore.ticket)."""
+    reads `claimed` on disk until drafting takes the ticket and writes it (RunStore.ticket).
+    Frozen: a process keeps the decisions it read and shares them between threads."""
 
     category: str
     routing: str  # matched or clamped
     routed_as: str | None = None  # the router's own label when it was clamped
 
-    def onto(self, ticket: TicketRecord) -> None:
+    def show_in(self, ticket: TicketRecord) -> None:
         """Show the decision in a record that drafting has not written yet."""
         ticket.category, ticket.routing, ticket.routed_as = (
             self.category,

@@ -6,7 +6,9 @@ taken on the hot path: each ticket has one writer at a time (the task that holds
 every write is atomic (temp file, fsync, rename). A node is opened by whoever creates its
 file first (`os.link` of a complete temp file fails if the name exists). run-state.json is
 materialised from the records by the single-writer steps (route, merge, report), by `status`,
-and at the end. The run folder must be on a volume all workers share (same path everywhere).
+and at the end. Route writes its decisions in one file (routes.json) that a record still
+`claimed` shows until drafting writes them in. The run folder must be on a volume all workers
+share (same path everywhere).
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ import json
 import os
 import secrets
 import tempfile
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
@@ -43,7 +47,7 @@ META_FILE = "run.json"
 TRACE_FILE = "run.jsonl"
 REPORT_FILE = "report.txt"
 ROUTES_FILE = "routes.json"
-ROUTE_NODE = "route"  # the node that writes ROUTES_FILE
+ROUTE_NODE = "route"  # the node that writes ROUTES_FILE (its name in plan/steps.py)
 
 ROUTER = "_router"  # the router's agent files: no ticket id starts with "_"
 
@@ -71,6 +75,7 @@ class RunStore:
         # reading the file again. An unfenced store (the CLI's, `status`) always reads the
         # files: workers write them meanwhile.
         self._records: dict[str, str] | None = None if fence is UNFENCED else {}
+        self._route_was_closed = False
 
     def fenced(self, fence: Fence) -> RunStore:
         """The same run, written through `fence` (one delivery's hold, fence.py)."""
@@ -192,8 +197,8 @@ class RunStore:
         record = self._ticket(ticket_id)
         if record.status is TicketStatus.CLAIMED:
             if (routed := self.routes().get(ticket_id)) is not None:
-                routed.onto(record)
-            elif not self.routes_path.exists() and self._route_done():
+                routed.show_in(record)
+            elif self._route_closed() and not self.routes_path.exists():
                 raise RunStateError(
                     f"ticket {ticket_id} has no routing decision: {self.routes_path} is "
                     "missing (the run folder was damaged; restore the file, or "
@@ -202,12 +207,15 @@ class RunStore:
                 )
         return record
 
-    def _route_done(self) -> bool:
-        """Route's node is closed (it wrote routes.json before it closed)."""
-        try:
-            return _load(NodeRecord, self.node_path(ROUTE_NODE)).done
-        except RunStateError:
-            return False
+    def _route_closed(self) -> bool:
+        """Route's node is closed (it wrote routes.json before it closed); asked once a
+        store once it is (a store reading every record asks once, not once a record)."""
+        if not self._route_was_closed:
+            try:
+                self._route_was_closed = _load(NodeRecord, self.node_path(ROUTE_NODE)).done
+            except RunStateError:  # not started
+                return False
+        return self._route_was_closed
 
     def _ticket(self, ticket_id: str) -> TicketRecord:
         if self._records is not None and (kept := self._records.get(ticket_id)) is not None:
@@ -270,13 +278,17 @@ class RunStore:
         except FileNotFoundError:
             return {}
         version = (stat.st_ino, stat.st_mtime_ns, stat.st_size)  # each write is a new inode
-        kept = _routes_read.get(path)
-        if kept is not None and kept[0] == version:
-            return kept[1]
+        with _routes_lock:  # the tasks' threads and the web view's share it
+            kept = _routes_read.get(path)
+            if kept is not None and kept[0] == version:
+                _routes_read.move_to_end(path)
+                return kept[1]
         routes = _parse_with(_ROUTES.validate_json, _read(path), path)
-        if len(_routes_read) >= _ROUTES_KEPT:
-            _routes_read.pop(next(iter(_routes_read)))
-        _routes_read[path] = (version, routes)
+        with _routes_lock:
+            _routes_read[path] = (version, routes)
+            _routes_read.move_to_end(path)
+            while len(_routes_read) > _ROUTES_KEPT:
+                _routes_read.popitem(last=False)  # the run read least recently
         return routes
 
     def ticket_ids(self) -> list[str]:
@@ -403,8 +415,9 @@ class RunStore:
 
 
 _ROUTES: TypeAdapter[dict[str, Routed]] = TypeAdapter(dict[str, Routed])
-_ROUTES_KEPT = 8  # runs whose routes.json a process keeps parsed (a worker serves many runs)
-_routes_read: dict[Path, tuple[tuple[int, int, int], dict[str, Routed]]] = {}
+_ROUTES_KEPT = 64  # runs whose routes.json a process keeps parsed (a worker serves many)
+_routes_read: OrderedDict[Path, tuple[tuple[int, int, int], dict[str, Routed]]] = OrderedDict()
+_routes_lock = threading.Lock()
 
 _NO_TICKETS = b"{}\n}"  # how a serialised run with no tickets ends
 _TICKET = TicketRecord.__pydantic_serializer__

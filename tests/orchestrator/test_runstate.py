@@ -6,12 +6,14 @@ import errno
 import json
 import multiprocessing
 import os
+import threading
 import tracemalloc
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from orchestrator.run import store as store_module
 from orchestrator.run.fence import EpochFence
 from orchestrator.run.fence import path as fence_path
 from orchestrator.run.records import Routed, RunConfig, RunMeta, TicketRecord, TicketStatus
@@ -195,6 +197,34 @@ def test_a_claimed_record_shows_routes_decision_until_drafting_writes_its_own(
         "T-2": "drafted",
         "T-3": "claimed",
     }
+
+
+def test_threads_reading_the_decisions_of_more_runs_than_a_process_keeps_all_see_them(
+    tmp_path: Path,
+) -> None:
+    """A worker's threads (and the web view's) share the routes.json a process keeps
+    parsed: reading more runs than it keeps, from many threads at once, every read shows
+    its run's decision and the process keeps no more than its limit."""
+    runs = []
+    for k in range(store_module._ROUTES_KEPT + 8):
+        store = _new_run(tmp_path / f"w{k}", ["T-1"], TicketStatus.CLAIMED)
+        store.save_routes({"T-1": Routed(category=f"c{k}", routing="matched")})
+        runs.append((store.dir, f"c{k}"))
+    seen: list[tuple[str, str]] = []
+
+    def reader(offset: int) -> None:
+        for i in range(3 * len(runs)):
+            run_dir, category = runs[(i * 7 + offset) % len(runs)]
+            seen.append((RunStore(run_dir).ticket("T-1").category or "", category))
+
+    threads = [threading.Thread(target=reader, args=(t,)) for t in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(seen) == 8 * 3 * len(runs)
+    assert all(shown == decided for shown, decided in seen)
+    assert len(store_module._routes_read) <= store_module._ROUTES_KEPT
 
 
 def test_run_state_json_reads_as_before_with_any_script_in_it(tmp_path: Path) -> None:

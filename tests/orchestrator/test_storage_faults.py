@@ -171,7 +171,8 @@ def test_a_deleted_routes_file_is_a_damaged_run_folder_named_not_tickets_skipped
 ) -> None:
     """Route's decisions live in routes.json until drafting writes them in: a run stopped
     after route that loses the file fails resume and status (exit 3) naming a ticket and
-    the file, instead of drafting none of its tickets."""
+    the file, instead of drafting none of its tickets; requeue, as the error says, still
+    puts the ticket back."""
     stopped = cli("run", "--stop-after", "route", cwd=demo)
     assert stopped.returncode == 2, stopped.stderr
     run_id = state(demo)["run_id"]
@@ -181,5 +182,9 @@ def test_a_deleted_routes_file_is_a_damaged_run_folder_named_not_tickets_skipped
         done = cli(*command, cwd=demo)
         assert done.returncode == 3, done.stdout + done.stderr
         assert f"ticket T-1001 has no routing decision: {routes} is missing" in done.stderr
+        assert f"ticketgraph requeue {run_id} T-1001" in done.stderr
         assert "Traceback" not in done.stderr
     assert state(demo)["status"] == "stopped_early"
+    requeued = cli("requeue", run_id, "T-1001", cwd=demo)
+    assert requeued.returncode == 0, requeued.stderr
+    assert (demo / "inbox" / "T-1001.txt").exists()
