@@ -138,14 +138,14 @@ class Routed(BaseModel, frozen=True):
     routing: str  # matched or clamped
     routed_as: str | None = None  # the router's own label when it was clamped
 
+    def shown(self) -> dict[str, Any]:
+        """The fields a record drafting has not written yet shows: the decision, `routed`."""
+        return self.model_dump() | {"status": TicketStatus.ROUTED}
+
     def show_in(self, ticket: TicketRecord) -> None:
         """Show the decision in a record that drafting has not written yet."""
-        ticket.category, ticket.routing, ticket.routed_as = (
-            self.category,
-            self.routing,
-            self.routed_as,
-        )
-        ticket.status = TicketStatus.ROUTED
+        for name, value in self.shown().items():
+            setattr(ticket, name, value)
 
 
 class TicketRecord(BaseModel):

@@ -24,6 +24,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
+from types import MappingProxyType
 from typing import TypeVar
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
@@ -276,7 +277,7 @@ class RunStore:
         try:
             stat = os.stat(path)
         except FileNotFoundError:
-            return {}
+            return _NO_ROUTES  # the same object each time: a reader can tell nothing changed
         version = (stat.st_ino, stat.st_mtime_ns, stat.st_size)  # each write is a new inode
         # The tasks' threads and the web view's share what was read. One of them reads a new
         # version while the others wait for it: the hundreds of threads a fan-out starts at
@@ -418,6 +419,7 @@ _ROUTES: TypeAdapter[dict[str, Routed]] = TypeAdapter(dict[str, Routed])
 _ROUTES_KEPT = 64  # runs whose routes.json a process keeps parsed (a worker serves many)
 _routes_read: OrderedDict[Path, tuple[tuple[int, int, int], dict[str, Routed]]] = OrderedDict()
 _routes_lock = threading.Lock()
+_NO_ROUTES: Mapping[str, Routed] = MappingProxyType({})
 
 _NO_TICKETS = b"{}\n}"  # how a serialised run with no tickets ends
 _TICKET = TicketRecord.__pydantic_serializer__

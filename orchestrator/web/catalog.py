@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -22,12 +23,12 @@ from pydantic_core import from_json
 from orchestrator.cli.status import seconds_between, verdict_of
 from orchestrator.errors import RunStateError
 from orchestrator.run import ids
-from orchestrator.run.records import TicketStatus, spent
-from orchestrator.run.store import META_FILE, ROUTES_FILE, STATE_FILE
+from orchestrator.run.records import Routed, TicketStatus, spent
+from orchestrator.run.store import META_FILE, STATE_FILE, RunStore
 
 HUMAN = TicketStatus.NEEDS_HUMAN.value
 WAITING = TicketStatus.AWAITING_APPROVAL.value
-CLAIMED, ROUTED = TicketStatus.CLAIMED.value, TicketStatus.ROUTED.value
+CLAIMED = TicketStatus.CLAIMED.value
 RUNNING = "running"
 LIVE_TTL_S = 0.5  # a live run's view is reused this long (its page refreshes every 1 s)
 
@@ -108,9 +109,9 @@ class _Folder:
     ended_key: tuple[int, int, int] | None = None
     nodes_key: tuple[Any, ...] | None = None
     nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
-    # route's decisions (routes.json), shown in records drafting has not written yet
-    routes_key: tuple[int, int, int] | None = None
-    routes: dict[str, Any] = field(default_factory=dict)
+    # route's decisions (routes.json, as RunStore keeps them), shown in records drafting
+    # has not written yet
+    routes: Mapping[str, Routed] = field(default_factory=dict)
     last: RunView | None = None  # the last view computed, and when (time.monotonic())
     last_at: float = 0.0
     last_meta: tuple[int, int, int] | None = None  # run.json's version that view was made from
@@ -259,7 +260,7 @@ class Catalog:
                 ticket_id = name[: -len(".json")]
                 record = from_json(Path(entry.path).read_bytes())
                 if record.get("status") == CLAIMED and ticket_id in folder.routes:
-                    record |= folder.routes[ticket_id] | {"status": ROUTED}  # as RunStore shows it
+                    record |= folder.routes[ticket_id].shown()  # as RunStore shows it
                 seen[name] = (key, _ticket_row(ticket_id, record))
             except (OSError, ValueError, AttributeError):
                 known = folder.records.get(name)
@@ -269,16 +270,15 @@ class Catalog:
         return sorted((row for _, row in seen.values()), key=lambda r: r.id)
 
     def _routes(self, run_dir: Path, folder: _Folder) -> None:
-        """Keep route's decisions current; when they change, the rows made without them are
-        made again."""
+        """Keep route's decisions current (RunStore parses each version of the file once a
+        process); when they change, the rows made without them are made again."""
         try:
-            key = _key(run_dir / ROUTES_FILE)
-            if key != folder.routes_key:
-                folder.routes = from_json((run_dir / ROUTES_FILE).read_bytes())
-                folder.routes_key = key
-                folder.records.clear()
-        except (OSError, ValueError):
-            pass  # none yet (route has not decided): the next look reads it
+            routes = RunStore(run_dir).routes()
+        except (OSError, RunStateError):
+            return  # unreadable for a moment: the next look reads it
+        if routes is not folder.routes:
+            folder.routes = routes
+            folder.records.clear()
 
     def _nodes(self, run_id: str, folder: _Folder) -> dict[str, dict[str, Any]]:
         node_dir = self.runs_dir / run_id / "nodes"
