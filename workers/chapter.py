@@ -107,9 +107,11 @@ def run_experiment(opts: Options, settings: HarnessSettings) -> tuple[RunState, 
         client = ModelClient(live)
         try:
             h = build(opts, client, state)
+            # The clock starts before the cancel timer is armed: the wall time of a cancelled
+            # run is never shorter than its --cancel-after.
+            started = time.perf_counter()
             if opts.cancel_after is not None:
                 h.cancel.cancel_after(opts.cancel_after, "user pressed Stop")
-            started = time.perf_counter()
             state = _run_with_decision(state, h, opts)
             return state, (time.perf_counter() - started) * 1000
         finally:
