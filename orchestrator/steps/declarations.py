@@ -41,6 +41,9 @@ Check = Callable[[str, Any], list[str]]
 _module_hashes: dict[str, str] = {}  # module (as imported) -> sha256 of its file
 _loaded: dict[tuple[str, str], Declarations] = {}  # (workspace, names) -> what it declared
 _lock = threading.Lock()
+# (workspace, a run's fingerprint) this process's declarations matched: what it imported
+# never changes while it lives (`_loaded`), so neither does the answer.
+_matched: set[tuple[str, str]] = set()
 
 
 @dataclass(frozen=True)
@@ -106,11 +109,15 @@ def mismatch(workspace: Path, config: RunConfig) -> str | None:
     declarations differ from those the run was started with), or None."""
     if not config.fingerprint:  # a run from before fingerprints
         return None
+    seen = (str(workspace), config.fingerprint)
+    if seen in _matched:  # every ticket's task asks; a process imports its modules once
+        return None
     try:
         mine = load(workspace, config).fingerprint
     except ConfigError as exc:
         return f"this worker cannot load the run's declarations: {exc}"
     if mine == config.fingerprint:
+        _matched.add(seen)
         return None
     return (
         f"this worker's tools and checks differ from those the run was started with "

@@ -19,6 +19,8 @@ import httpx
 import pytest
 
 from orchestrator.broker.redis_server import RedisServer
+from orchestrator.run.store import RunStore
+from orchestrator.steps import declarations
 from orchestrator.workspace import CONFIG_FILE
 from tests.orchestrator.conftest import (
     REFERENCE_TICKETS,
@@ -213,6 +215,29 @@ def test_a_worker_whose_tools_differ_from_the_runs_drafts_nothing(
         "tools and checks differ from those the run was started with" in tickets["T-3001"]["error"]
     )
     assert set(served) == {"router"}  # the router's call, and no draft or rewrite
+
+
+def test_a_process_compares_a_runs_declarations_once(
+    demo: Path, cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every ticket's task asks whether this process runs the run's declarations; once they
+    matched, the answer is known (what a process imported never changes). A fingerprint
+    that did not match is asked again, and still refused."""
+    assert cli("run", cwd=demo).returncode == 1
+    config = RunStore(demo / "runs" / state(demo)["run_id"]).meta().config
+    assert declarations.mismatch(demo, config) is None
+
+    def not_again(*_: object) -> None:
+        raise AssertionError("declarations loaded again for a run that matched")
+
+    monkeypatch.setattr(declarations, "load", not_again)
+    assert declarations.mismatch(demo, config) is None
+    monkeypatch.undo()
+    other = config.model_copy(update={"fingerprint": "0" * 64})
+    for _ in range(2):
+        assert "differ from those the run was started with" in str(
+            declarations.mismatch(demo, other)
+        )
 
 
 def test_a_tools_module_that_cannot_be_imported_stops_the_run_before_it_claims(
