@@ -17,6 +17,7 @@ draft fails; each shows as `<check name>:<reason>`):
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Callable, Iterable
@@ -40,12 +41,26 @@ class GateResult:
     report: str
 
 
-@dataclass(frozen=True)
 class Sources:
-    """What a reply may draw on: the task its worker was given, and every fact it saw."""
+    """What a reply may draw on: the task its worker was given, and every fact it saw:
+    `facts`, or `load` to read them the first time a check needs them (a reply that names
+    no order id and no amount needs none)."""
 
-    task: str = ""
-    facts: list[str] = field(default_factory=list)
+    def __init__(
+        self,
+        task: str = "",
+        facts: list[str] | None = None,
+        load: Callable[[], list[str]] | None = None,
+    ) -> None:
+        self.task = task
+        self._given, self._load = facts, load
+
+    @functools.cached_property
+    def facts(self) -> list[str]:
+        """Every fact the reply may repeat (read once)."""
+        if self._given is not None:
+            return self._given
+        return self._load() if self._load is not None else []
 
 
 @dataclass(frozen=True)
@@ -147,10 +162,14 @@ def _not_prose(draft: str) -> bool:
 
 
 def _unsupported(ticket_id: str, draft: str, sources: Sources) -> list[str]:
+    named = {i for i in ORDER_ID.findall(draft) if i != ticket_id}
+    amounts = AMOUNT.findall(draft)
+    if not named and not amounts:  # nothing to look up: the facts are not read
+        return []
     known = "\n".join(sources.facts)
-    ids = {i for i in ORDER_ID.findall(draft) if i != ticket_id and i not in known}
+    ids = {i for i in named if i not in known}
     numbers = set(_numbers(NUMBER.findall(known)))
-    amounts = [a for a in AMOUNT.findall(draft) if _cents(a) not in numbers]
+    amounts = [a for a in amounts if _cents(a) not in numbers]
     return sorted(ids) + sorted(set(amounts))
 
 

@@ -106,18 +106,32 @@ class ReviewLoop:
         self.reports: list[str] = []
 
     @functools.cached_property
+    def ticket_text(self) -> str:
+        """The ticket's text (read once a review)."""
+        return self.ctx.ticket_text(self.ticket_id)
+
+    @functools.cached_property
+    def task(self) -> str:
+        """The task the ticket's worker was given."""
+        return prompts.draft_input(self.ticket_id, self.ticket_text)
+
+    @property
     def sources(self) -> gate.Sources:
-        """What the draft may draw on: its task, the ticket, and every tool result the
-        ticket's agent runs got."""
-        ticket_text = self.ctx.ticket_text(self.ticket_id)
-        facts = [ticket_text]
+        """What the draft may draw on now: its task, the ticket, and every tool result the
+        ticket's agent runs got so far (read only if a check needs them: most drafts name
+        no order id and no amount)."""
+        return gate.Sources(task=self.task, load=self.facts)
+
+    def facts(self) -> list[str]:
+        """The ticket's text and every tool result its worker runs got so far."""
+        facts = [self.ticket_text]
         for path in self.worker_states():
             try:
                 messages = json.loads(atomic.read_bytes(path)).get("messages", [])
             except (OSError, ValueError):  # not run (yet), or a torn or foreign file
                 continue
             facts += [m.get("content") or "" for m in messages if m.get("role") == "tool"]
-        return gate.Sources(task=prompts.draft_input(self.ticket_id, ticket_text), facts=facts)
+        return facts
 
     def worker_states(self) -> list[Path]:
         """Where the ticket's worker runs keep their states, whether they ran or not: the
@@ -143,9 +157,7 @@ class ReviewLoop:
             min_chars=self.config.min_chars,
             max_chars=self.config.max_chars,
             own=self.own_checks,
-            ticket=gate.TicketView(
-                self.ticket_id, self.ctx.ticket_text(self.ticket_id), self.ticket.category
-            ),
+            ticket=gate.TicketView(self.ticket_id, self.ticket_text, self.ticket.category),
         )
         result = gate.check(
             self.ticket_id, self.text, self.config.filler_phrases, self.sources, rules
@@ -158,9 +170,7 @@ class ReviewLoop:
     def evaluate(self) -> gate.GateResult:
         """The model-based check, on a draft the deterministic gate passed: PASS, or a FAIL
         whose reason goes to the rewriter like a gate report. Anything else stops the loop."""
-        task = prompts.evaluator_input(
-            self.ticket_id, self.ctx.ticket_text(self.ticket_id), self.text
-        )
+        task = prompts.evaluator_input(self.ticket_id, self.ticket_text, self.text)
         path = self.ctx.store.agent_path(self.ticket_id, f"evaluate-{self.rounds}")
         result = agent.run_agent(self.ctx, "evaluator", prompts.EVALUATOR, task, path, self.trace)
         self.usage = self.usage + result.usage  # the evaluator's cost is review's

@@ -74,6 +74,27 @@ def test_facts_must_come_from_the_ticket_or_a_tool_result() -> None:
     assert _report(invented) == "unsupported_fact:A-99999 | unsupported_fact:120.00"
 
 
+def test_facts_are_read_only_for_a_reply_that_names_an_id_or_an_amount() -> None:
+    """Reading the facts means reading every agent state of the ticket: a review does it only
+    when the reply names something to look up, and once a check."""
+    reads: list[int] = []
+
+    def load() -> list[str]:
+        reads.append(1)
+        return list(SOURCES.facts)
+
+    def lazy_report(draft: str) -> str:
+        sources = gate.Sources(task=SOURCES.task, load=load)
+        return gate.check("T-1002", draft, [], sources, gate.Rules()).report
+
+    assert lazy_report(GOOD) == "" and reads == []
+    invented = "Ticket T-1002: order A-99999 gets a refund of 120.00 today, as promised."
+    assert lazy_report(invented) == "unsupported_fact:A-99999 | unsupported_fact:120.00"
+    assert reads == [1]
+    supported = "Ticket T-1002: order A-77301 was charged twice, 399.00 each time; refunded."
+    assert lazy_report(supported) == "" and reads == [1, 1]
+
+
 def test_each_check_can_be_turned_off() -> None:
     junk = "Ticket T-1002: A-99999"
     assert _report(junk) == "too_short:22<40 | unsupported_fact:A-99999"
