@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import secrets
 from collections.abc import Iterable
-from pathlib import Path
 
 try:
     _LIBC: ctypes.CDLL | None = ctypes.CDLL(None, use_errno=True)
@@ -26,16 +26,16 @@ def write_text(path: str | os.PathLike[str], text: Content, durable: bool = True
     process (the page cache outlives it), but an OS crash may bring the old file back.
     For state that can be derived again (a read-only tool's result, a stop reason).
     """
-    target = Path(path)
+    target = os.fspath(path)
     tmp = _write_temp(target, text, fsync=durable)
     try:
         os.replace(tmp, target)
     except BaseException:
-        tmp.unlink(missing_ok=True)
+        _unlink(tmp)
         raise
 
 
-def write_many(items: Iterable[tuple[Path, str | bytes]]) -> None:
+def write_many(items: Iterable[tuple[str | os.PathLike[str], str | bytes]]) -> None:
     """Write many files atomically with one flush to disk instead of one fsync per file.
 
     Every temp file is written, then the filesystem is flushed once (`syncfs`), then each is
@@ -43,37 +43,41 @@ def write_many(items: Iterable[tuple[Path, str | bytes]]) -> None:
     on disk before the first rename. A single-writer step that writes one file per ticket
     uses this (0.6 ms per fsync here against about 15 ms for one flush of 1,000 files).
     """
-    temps: list[tuple[Path, Path]] = []
+    temps: list[tuple[str, str]] = []
     try:
         for target, text in items:
-            temps.append((_write_temp(target, text, fsync=False), target))
+            path = os.fspath(target)
+            temps.append((_write_temp(path, text, fsync=False), path))
         _flush([tmp for tmp, _target in temps])
-        for tmp, target in temps:
-            os.replace(tmp, target)
+        for tmp, path in temps:
+            os.replace(tmp, path)
     except BaseException:
         for tmp, _target in temps:
-            tmp.unlink(missing_ok=True)
+            _unlink(tmp)
         raise
 
 
-def _write_temp(target: Path, text: Content, fsync: bool) -> Path:
+def _write_temp(target: str, text: Content, fsync: bool) -> str:
     """`text` in a new temp file beside `target`, flushed to disk if `fsync`.
 
     Plain descriptor calls, not `tempfile` and a file object: a file object costs four more
     system calls (fstat, isatty, lseek), each of which hands the GIL to another thread, and
-    `os.open`'s mode already honours the umask. The folder is made only if it is missing.
+    `os.open`'s mode already honours the umask. Plain strings, not `pathlib`: every record
+    write of every ticket comes here, and a Path parses itself again at each step. The
+    folder is made only if it is missing.
     """
     pieces = (text.encode("utf-8"),) if isinstance(text, str) else text
     pieces = (pieces,) if isinstance(pieces, bytes) else pieces
+    folder, name = os.path.split(target)
     made = False
     while True:
-        tmp = target.parent / f".{target.name}.{secrets.token_hex(4)}.tmp"
+        tmp = os.path.join(folder, f".{name}.{secrets.token_hex(4)}.tmp")
         try:
             fd = os.open(tmp, _CREATE, 0o666)
         except FileNotFoundError:
             if made:
                 raise
-            target.parent.mkdir(parents=True, exist_ok=True)
+            os.makedirs(folder or ".", exist_ok=True)
             made = True
             continue
         except FileExistsError:  # another writer's name: draw again
@@ -89,13 +93,19 @@ def _write_temp(target: Path, text: Content, fsync: bool) -> Path:
                 raise _naming(exc, target) from exc
     except BaseException:
         os.close(fd)
-        tmp.unlink(missing_ok=True)
+        _unlink(tmp)
         raise
     os.close(fd)
     return tmp
 
 
-def _write_all(fd: int, data: bytes, target: Path) -> None:
+def _unlink(path: str) -> None:
+    """Remove a temp file that may not exist."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+
+
+def _write_all(fd: int, data: bytes, target: str) -> None:
     """All of `data` to `fd`; an error names `target`."""
     view = memoryview(data)
     try:
@@ -105,7 +115,7 @@ def _write_all(fd: int, data: bytes, target: Path) -> None:
         raise _naming(exc, target) from exc
 
 
-def _naming(exc: OSError, target: Path) -> OSError:
+def _naming(exc: OSError, target: str) -> OSError:
     """A failed write() or fsync() names no file: the same error, naming `target`."""
     return OSError(exc.errno, exc.strerror, str(target))
 
@@ -132,7 +142,7 @@ def read_bytes(path: str | os.PathLike[str]) -> bytes:
 _CHUNK = 1 << 16
 
 
-def _fsync_path(path: Path) -> None:
+def _fsync_path(path: str) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -140,12 +150,12 @@ def _fsync_path(path: Path) -> None:
         os.close(fd)
 
 
-def _flush(paths: list[Path]) -> None:
+def _flush(paths: list[str]) -> None:
     """Put the contents of `paths` on disk: one syncfs of their filesystem where there is one."""
     if not paths:
         return
     if _SYNCFS is not None:
-        fd = os.open(paths[0].parent, os.O_RDONLY)
+        fd = os.open(os.path.dirname(paths[0]) or ".", os.O_RDONLY)
         try:
             if _SYNCFS(fd) == 0:
                 return

@@ -27,7 +27,8 @@ class Tracer:
     """Writes events to a JSONL file with fixed fields (run id, ticket, node) on every line."""
 
     def __init__(self, path: str | Path | None, run_id: str, **fields: Any) -> None:
-        self.path = Path(path) if path else None
+        # A plain string: a tracer is made for each ticket's task, and every line opens it.
+        self.path = os.fspath(path) if path else None
         self.fields: dict[str, Any] = {"run_id": run_id, **fields}
 
     def bind(self, **fields: Any) -> Tracer:
@@ -42,7 +43,7 @@ class Tracer:
         try:
             fd = os.open(self.path, _APPEND, 0o644)
         except FileNotFoundError:  # the first line of a run: its folder is made here
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
             fd = os.open(self.path, _APPEND, 0o644)
         try:
             os.write(fd, (line + "\n").encode("utf-8"))
