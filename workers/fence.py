@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterable, Iterator
-from pathlib import Path
 
 from workers import atomic
 
@@ -36,7 +35,7 @@ class Fence:
         with self.held():
             atomic.write_text(path, text, durable=durable)
 
-    def write_many(self, items: Iterable[tuple[Path, str | bytes]]) -> None:
+    def write_many(self, items: Iterable[tuple[str | os.PathLike[str], str | bytes]]) -> None:
         """`atomic.write_many`, while held."""
         with self.held():
             atomic.write_many(items)

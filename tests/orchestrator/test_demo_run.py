@@ -339,6 +339,24 @@ def test_the_report_gives_a_person_what_to_act_on(demo: Path, cli: Cli) -> None:
     assert record["tickets"]["T-1004"]["one_line"] == "Ticket T-1004: changin…"
 
 
+def test_a_rewrites_own_tool_results_are_facts_at_the_next_check(demo: Path, cli: Cli) -> None:
+    """The gate reads the ticket's facts when a check needs them, as they are then: an
+    amount a rewrite looked up is supported at the check after that rewrite (a copy taken at
+    the first check sent it back as unsupported, and the ticket ended `no_progress`)."""
+    assert cli("run", cwd=demo).returncode == 1
+    store = RunStore(demo / "runs" / state(demo)["run_id"])
+    ctx = Context(store, HarnessSettings(), "review", "review")
+    loop = ReviewLoop(ctx, "T-1002", store.ticket("T-1002"), ctx.tracer())
+    loop.text = (
+        "Ticket T-1002: the export job was stuck; we have refunded 123.45 for the month's "
+        "plan while it was down."
+    )
+    assert loop.check().report == "unsupported_fact:123.45"
+    lookup = {"role": "tool", "content": '{"invoice": "INV-9", "amount_cents": 12345}'}
+    store.agent_path("T-1002", "review-1").write_text(json.dumps({"messages": [lookup]}))
+    assert loop.check().passed
+
+
 def test_review_finds_a_tickets_tool_results_by_name_without_listing_agents(
     demo: Path, cli: Cli, monkeypatch: pytest.MonkeyPatch
 ) -> None:
