@@ -53,14 +53,12 @@ class Sources:
         load: Callable[[], list[str]] | None = None,
     ) -> None:
         self.task = task
-        self._given, self._load = facts, load
+        self._load = load or (lambda: facts or [])
 
     @functools.cached_property
     def facts(self) -> list[str]:
         """Every fact the reply may repeat (read once)."""
-        if self._given is not None:
-            return self._given
-        return self._load() if self._load is not None else []
+        return self._load()
 
 
 @dataclass(frozen=True)
