@@ -19,7 +19,7 @@ import contextlib
 import os
 from pathlib import Path
 
-from orchestrator.errors import RunStateError, UsageError
+from orchestrator.errors import UsageError
 from orchestrator.intake import inbox
 from orchestrator.intake.ticketfile import shown
 from orchestrator.run.records import RejectedFile
@@ -81,19 +81,13 @@ def names_of(store: RunStore, ticket_ids: list[str]) -> list[str]:
         return claimed_names(store)
     names = []
     for ticket_id in ticket_ids:
-        damaged: RunStateError | None = None
         if store.record_path(ticket_id).exists():
-            try:
-                names.append(Path(store.ticket(ticket_id).source).name)
-                continue
-            except RunStateError as exc:  # the record cannot be shown (routes.json lost)
-                damaged = exc
-        # Its record was lost or cannot be read (a damaged run folder): the claimed file
-        # named after it.
+            # The file it came from is on the record itself, routes.json or not.
+            names.append(Path(store.record(ticket_id).source).name)
+            continue
+        # Its record was lost (a damaged run folder): the claimed file named after it.
         same = [n for n in claimed_names(store) if Path(n).stem == ticket_id]
         if not same:
-            if damaged is not None:
-                raise damaged
             raise UsageError(f"run {store.run_id} has no ticket {ticket_id!r}")
         names += same
     return names

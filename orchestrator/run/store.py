@@ -218,6 +218,11 @@ class RunStore:
                 return False
         return self._route_was_closed
 
+    def record(self, ticket_id: str) -> TicketRecord:
+        """One ticket's record as it is on disk, without route's decision (`ticket` shows
+        it): for what the record alone holds, such as the file the ticket came from."""
+        return self._ticket(ticket_id)
+
     def _ticket(self, ticket_id: str) -> TicketRecord:
         if self._records is not None and (kept := self._records.get(ticket_id)) is not None:
             return TicketRecord.model_validate_json(kept)
