@@ -61,6 +61,21 @@ def test_plan_turn_index_is_the_assistant_message_count(harness_url: str) -> Non
     assert bodies[0]["model"] == "plan"
 
 
+def test_the_embedded_provider_loads_no_websocket_or_auto_detected_stack() -> None:
+    """uvicorn's "auto" settings import websockets and probe for httptools and uvloop; the
+    provider names h11 and asyncio, so an embedded run starts without them."""
+    code = (
+        "import sys, httpx\n"
+        "from workers.provider import running_provider\n"
+        "with running_provider('harness') as url:\n"
+        "    status = httpx.get(url.replace('/v1', '/stats')).status_code\n"
+        "print(status, [m for m in ('websockets', 'httptools', 'uvloop') if m in sys.modules])\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["200", "[]"]
+
+
 def test_service_ms_header_is_a_float(harness_url: str) -> None:
     response = chat(harness_url, "plan", [user()])
     assert float(response.headers["X-Service-Ms"]) >= 0

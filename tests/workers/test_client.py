@@ -4,6 +4,8 @@ the reply shapes real OpenAI-compatible servers send, recorded here as fixtures.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -46,6 +48,25 @@ def _client(url: str, **settings: Any) -> ModelClient:
 
 def _requests(url: str) -> int:
     return int(httpx.get(url.replace("/v1", "/stats")).json()["requests"])
+
+
+def test_the_client_never_loads_httpxs_command_line_client(tmp_path: Path) -> None:
+    """httpx imports its CLI (rich, pygments: ~50 ms) whenever they are installed; a fresh
+    interpreter that loads the harness and sends a request through it must not."""
+    with running_provider(_scripted(tmp_path, [])) as url:
+        code = (
+            "import sys\n"
+            "from workers.client import ModelClient\n"
+            "from workers.settings import HarnessSettings\n"
+            "from workers.state import Message\n"
+            f"client = ModelClient(HarnessSettings(base_url={url!r}))\n"
+            "reply = client.complete('m', [Message(role='user', content='hello')], [])\n"
+            "loaded = [m for m in ('rich', 'pygments', 'httpx._main') if sys.modules.get(m)]\n"
+            "print(reply.message.content, loaded)\n"
+        )
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["hi", "[]"]
 
 
 @pytest.mark.parametrize("status", [408, 409, 429, 500, 502, 503, 504])

@@ -51,6 +51,11 @@ def _server(
         port=port,
         log_level=log_level,
         lifespan="off",
+        # Named, not "auto": no probing for httptools and uvloop, and no import of the
+        # websockets library for an API that serves none (~15 ms of every embedded run).
+        http="h11",
+        ws="none",
+        loop="asyncio",
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
         # Clients pause between phases (a 10,000-ticket merge takes seconds); keep their
         # connections open across that, as hosted model APIs do.
