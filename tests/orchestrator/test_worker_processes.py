@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import gc
 import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -41,3 +43,56 @@ def test_a_forked_worker_runs_young_collections_less_often_than_python(
     assert young == worker_processes.YOUNG_COLLECTION_AFTER != parent[0]
     assert tuple(older) == parent[1:]
     assert gc.get_threshold() == parent
+
+
+_FIRST_SEND = """
+import importlib.metadata, json, os, sys, time
+from pathlib import Path
+from orchestrator.broker import worker_processes
+from orchestrator.broker.app import configure
+from orchestrator.config.environment import GraphSettings
+from orchestrator.plan import canvas
+from workers.settings import HarnessSettings
+
+scans = []  # the entry-point scans of this process (a forked child: its own, from the fork)
+real = importlib.metadata.entry_points
+def counted(**kwargs):
+    scans.append(kwargs.get("group", "*"))
+    return real(**kwargs)
+importlib.metadata.entry_points = counted
+os.register_at_fork(after_in_child=scans.clear)
+
+broker, seen = sys.argv[1], Path(sys.argv[2])
+app = configure(broker, GraphSettings(), HarnessSettings(base_url="http://127.0.0.1:9/v1"))
+
+@app.task(name="tests.first_send")
+def first_send(path):
+    canvas._send("tests.nobody_takes_this", "x")
+    Path(path).write_text(json.dumps(scans), encoding="utf-8")
+
+fleet = worker_processes.spawn(app, "send-probe", processes=1, threads=1)
+try:
+    fleet.wait_ready()
+    first_send.delay(str(seen))
+    deadline = time.monotonic() + 30
+    while not seen.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+finally:
+    fleet.stop(graceful=False)
+"""
+
+
+def test_a_forked_worker_scans_no_installed_package_to_start_and_send(
+    broker: str, tmp_path: Path
+) -> None:
+    """Celery looks its result backend (and the names a worker's control commands match)
+    up by scanning every installed package's entry points, ~10 ms each; the parent does it
+    once before the fork, so a real forked worker scans none from its fork to the end of
+    its first send from a task, as every step makes. In a fresh interpreter, so nothing
+    done earlier in this one has done it already."""
+    seen = tmp_path / "scans.json"
+    done = subprocess.run(
+        [sys.executable, "-c", _FIRST_SEND, broker, str(seen)], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(seen.read_text(encoding="utf-8")) == []
