@@ -258,7 +258,7 @@ class Catalog:
                     seen[name] = known
                     continue
                 ticket_id = name[: -len(".json")]
-                record = from_json(Path(entry.path).read_bytes())
+                record = from_json(_read(entry.path, stat.st_size))
                 if record.get("status") == CLAIMED and ticket_id in folder.routes:
                     record |= folder.routes[ticket_id].shown()  # as RunStore shows it
                 seen[name] = (key, _ticket_row(ticket_id, record))
@@ -298,6 +298,24 @@ class Catalog:
                     continue
             folder.nodes, folder.nodes_key = nodes, key
         return folder.nodes
+
+
+def _read(path: str, size: int) -> bytes:
+    """The whole file at `path`, `size` the length it was seen with: one read when it still
+    is (a live page's first view reads 10,000 records; pathlib and Python's file objects
+    cost as much as the reads), until its end when it has grown since (replaced by a larger
+    one)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        data = os.read(fd, size + 1)
+        if len(data) <= size:
+            return data
+        chunks = [data]
+        while chunk := os.read(fd, 1 << 16):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 def _key(path: Path) -> tuple[int, int, int]:

@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from starlette.testclient import TestClient
 
 from bench.web import big_run
-from orchestrator.web import login
+from orchestrator.web import catalog, login
 from orchestrator.web.app import application
 from tests.web.conftest import LOGIN, PASSWORD, USER, free_port, run_cli, run_id_of, web_server
 
@@ -205,6 +205,29 @@ def test_a_big_run_is_paged_sorted_and_filtered(tmp_path: Path, finished: Path) 
         assert costs == sorted(costs, reverse=True) and costs[0] == pytest.approx(0.012, abs=1e-3)
         runs = web.get("/?status=done").text
         assert run_id in runs
+
+
+def test_a_live_runs_records_are_read_whole_even_when_one_grew_since_it_was_listed(
+    tmp_path: Path, finished: Path
+) -> None:
+    """A live run's page reads records/ one file each, at the size it listed; a record
+    replaced by a larger one in between is read to its end, never cut (a cut one would not
+    parse, and its ticket would be missing from the page)."""
+    workspace = tmp_path / "live"
+    (workspace / "runs").mkdir(parents=True)
+    shutil.copy(finished / "ticketgraph.toml", workspace)
+    source = finished / "runs" / run_id_of(finished)
+    run_id = "run-20261201-000000-live"
+    big_run(source, workspace / "runs", run_id, 12, live=True)
+    record = workspace / "runs" / run_id / "records" / "T-00003.json"
+    grown = json.loads(record.read_text()) | {"category": "billing", "note": "x" * 70_000}
+    text = json.dumps(grown)
+    assert catalog._read(str(record), 10) == record.read_bytes()  # listed at 10 bytes
+    record.write_text(text)
+    assert catalog._read(str(record), 100) == text.encode()
+    with client(workspace) as web:
+        page = web.get(f"/runs/{run_id}?per=100").text
+    assert len(re.findall(r'data-ticket="', page)) == 12
 
 
 def test_run_json_keeps_the_totals_a_list_reads(finished: Path) -> None:
