@@ -80,9 +80,7 @@ def warm_up() -> None:
     """
     shared_client(worker_llm(), _redis())
     "".encode("idna")  # the first request imports the idna codec
-    for made_on_first_use in ("backend", "control", "events"):
-        getattr(app, made_on_first_use)
-    app.amqp.router  # noqa: B018  (made on first use)
+    _ = app.backend, app.control, app.amqp.router  # each made on first use
 
 
 # --- the three kinds of task ----------------------------------------------------------------

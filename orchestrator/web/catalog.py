@@ -303,12 +303,12 @@ class Catalog:
 def _read(path: str, size: int) -> bytes:
     """The whole file at `path`, `size` the length it was seen with: one read when it still
     is (a live page's first view reads 10,000 records; pathlib and Python's file objects
-    cost as much as the reads), until its end when it has grown since (replaced by a larger
-    one)."""
+    cost as much as the reads), else until its end: it was replaced by a larger or smaller
+    one since, or the file system returned less than asked (NFS, FUSE)."""
     fd = os.open(path, os.O_RDONLY)
     try:
         data = os.read(fd, size + 1)
-        if len(data) <= size:
+        if len(data) == size:
             return data
         chunks = [data]
         while chunk := os.read(fd, 1 << 16):

@@ -54,12 +54,14 @@ from orchestrator.config.environment import GraphSettings
 from orchestrator.plan import canvas
 from workers.settings import HarnessSettings
 
-scans = []  # the entry-point scans of this process (a forked child: its own, from the fork)
-real = importlib.metadata.entry_points
+# The installed-package scans of this process (a forked child: its own, from the fork).
+# Counted where every entry-point lookup ends, however its caller imported entry_points.
+scans = []
+real = importlib.metadata.distributions
 def counted(**kwargs):
-    scans.append(kwargs.get("group", "*"))
+    scans.append(repr(kwargs))
     return real(**kwargs)
-importlib.metadata.entry_points = counted
+importlib.metadata.distributions = counted
 os.register_at_fork(after_in_child=scans.clear)
 
 broker, seen = sys.argv[1], Path(sys.argv[2])
@@ -95,4 +97,5 @@ def test_a_forked_worker_scans_no_installed_package_to_start_and_send(
         [sys.executable, "-c", _FIRST_SEND, broker, str(seen)], capture_output=True, text=True
     )
     assert done.returncode == 0, done.stderr
+    assert seen.exists(), done.stderr
     assert json.loads(seen.read_text(encoding="utf-8")) == []

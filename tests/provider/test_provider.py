@@ -63,7 +63,10 @@ def test_plan_turn_index_is_the_assistant_message_count(harness_url: str) -> Non
 
 def test_the_embedded_provider_loads_no_websocket_or_auto_detected_stack() -> None:
     """uvicorn's "auto" settings import websockets and probe for httptools and uvloop; the
-    provider names h11 and asyncio, so an embedded run starts without them."""
+    provider (embedded in a run, or served alone) names h11 and asyncio, so it starts
+    without them. Only websockets is installed here (the LangGraph peer brings it), so
+    it is the check that can fail on this machine; the other two guard a machine that has
+    them."""
     code = (
         "import sys, httpx\n"
         "from workers.provider import running_provider\n"

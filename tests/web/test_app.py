@@ -211,8 +211,9 @@ def test_a_live_runs_records_are_read_whole_even_when_one_grew_since_it_was_list
     tmp_path: Path, finished: Path
 ) -> None:
     """A live run's page reads records/ one file each, at the size it listed; a record
-    replaced by a larger one in between is read to its end, never cut (a cut one would not
-    parse, and its ticket would be missing from the page)."""
+    replaced by a larger or a smaller one in between is read whole, to its end (a cut one
+    would not parse, and its ticket would be missing from the page). The page then shows
+    every ticket of the live run, the grown record's among them."""
     workspace = tmp_path / "live"
     (workspace / "runs").mkdir(parents=True)
     shutil.copy(finished / "ticketgraph.toml", workspace)
@@ -223,6 +224,7 @@ def test_a_live_runs_records_are_read_whole_even_when_one_grew_since_it_was_list
     grown = json.loads(record.read_text()) | {"category": "billing", "note": "x" * 70_000}
     text = json.dumps(grown)
     assert catalog._read(str(record), 10) == record.read_bytes()  # listed at 10 bytes
+    assert catalog._read(str(record), 1 << 20) == record.read_bytes()  # listed at 1 MiB
     record.write_text(text)
     assert catalog._read(str(record), 100) == text.encode()
     with client(workspace) as web:
