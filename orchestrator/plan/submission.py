@@ -190,6 +190,7 @@ def _submit_and_wait(
 
 
 QUICK_PING_S = 0.5  # a live worker answers a ping in milliseconds; say so only past this
+PING_AGAIN_S = 1.0  # while waiting for a worker, how long each ping listens for answers
 
 
 def require_workers(settings: GraphSettings, wait_s: float) -> None:
@@ -200,11 +201,16 @@ def require_workers(settings: GraphSettings, wait_s: float) -> None:
         return
     app = configure(settings.broker_url, settings, HarnessSettings())
     where = shown(settings.broker_url)
+    deadline = time.monotonic() + wait_s
     try:
         answers = app.control.ping(timeout=min(QUICK_PING_S, wait_s), limit=1)
         if not answers and wait_s > QUICK_PING_S:
             print(f"waiting up to {wait_s:g} s for a worker on {where}", file=sys.stderr)
-            answers = app.control.ping(timeout=wait_s - QUICK_PING_S, limit=1)
+        # A ping reaches only the workers listening when it is sent (a broadcast), so one
+        # that starts, or reconnects after a broker restart, during the wait is found by
+        # the next one: ask again every second until the wait is over.
+        while not answers and (left := deadline - time.monotonic()) > 0.05:
+            answers = app.control.ping(timeout=min(PING_AGAIN_S, left), limit=1)
     except outage.BROKER_ERRORS as exc:
         raise ConfigError(f"cannot reach the broker at {where}: {exc}") from exc
     if not answers:

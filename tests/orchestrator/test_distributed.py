@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -21,6 +23,7 @@ from tests.orchestrator.conftest import (
     REFERENCE_TICKETS,
     Cli,
     child_pids,
+    clean_env,
     demo_scripts,
     node_numbers,
     state,
@@ -154,6 +157,38 @@ def test_a_run_with_no_worker_listening_fails_fast_and_claims_nothing(demo: Path
     assert "s3cret" not in done.stderr
     assert len(list((demo / "inbox").iterdir())) == 6
     assert took < 10  # the issue's bound: fail fast, not after the 3,600 s run timeout
+
+
+def test_a_run_waiting_for_workers_starts_when_one_comes_up_within_the_wait(
+    tmp_path: Path, demo: Path
+) -> None:
+    """`--wait-for-workers 30` on a shared broker no worker listens on yet: a worker started
+    a few seconds into the wait is found (a ping sent before it listened never reaches it,
+    so the wait keeps asking) and the run ends with the reference verdict."""
+    with RedisServer(tcp=True) as redis, running_provider(DEMO_SCENARIOS) as llm_url:
+        env = {"TICKETGRAPH_BROKER_URL": redis.url, "LLM_BASE_URL": llm_url}
+        log = tmp_path / "run.log"
+        with log.open("w") as out:
+            run = subprocess.Popen(
+                [sys.executable, "-m", "orchestrator.cli", "run", "--wait-for-workers", "30"],
+                cwd=demo,
+                env={**clean_env(), **env},
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        try:
+            deadline = time.monotonic() + 30
+            while "waiting up to 30 s for a worker" not in log.read_text():
+                assert run.poll() is None and time.monotonic() < deadline, log.read_text()
+                time.sleep(0.05)
+            time.sleep(1.5)  # the first long ping is out before any worker listens
+            with worker_processes(env, tmp_path, ["late"]):
+                assert run.wait(60) == 1, log.read_text()[-3000:]
+        finally:
+            if run.poll() is None:
+                run.kill()
+                run.wait()
+    assert ticket_rows(state(demo)) == REFERENCE_TICKETS
 
 
 def test_a_run_that_times_out_stops_and_what_it_queued_pays_nothing(

@@ -119,7 +119,11 @@ def test_a_broker_that_lost_its_data_stops_the_run_and_resume_finishes_it(
             assert "lost this run's queued work" in (tmp_path / "run.log").read_text()
             assert state(demo)["status"] == "stopped_early"
             run_id = state(demo)["run_id"]
-            resumed = cli("resume", run_id, "--wait", cwd=demo, env=env)
+            # The worker rejoins on Celery's reconnect cadence (2 s, then 4, 6, ... after a
+            # failed try): on a loaded machine Redis can still be starting at its first try,
+            # and the worker back only after resume's 5 s default wait (seen once in the
+            # suite); resume keeps asking until a worker answers, here for up to 30 s.
+            resumed = cli("resume", run_id, "--wait", "--wait-for-workers", "30", cwd=demo, env=env)
             assert resumed.returncode == 1, resumed.stdout + resumed.stderr
             assert ticket_rows(state(demo)) == REFERENCE_TICKETS
 
