@@ -209,7 +209,7 @@ def require_workers(settings: GraphSettings, wait_s: float) -> None:
         # A ping reaches only the workers listening when it is sent (a broadcast), so one
         # that starts, or reconnects after a broker restart, during the wait is found by
         # the next one: ask again every second until the wait is over.
-        while not answers and (left := deadline - time.monotonic()) > 0.05:
+        while not answers and (left := deadline - time.monotonic()) > 0:
             answers = app.control.ping(timeout=min(PING_AGAIN_S, left), limit=1)
     except outage.BROKER_ERRORS as exc:
         raise ConfigError(f"cannot reach the broker at {where}: {exc}") from exc
