@@ -220,6 +220,18 @@ def worker_processes(
                 proc.wait(10)
 
 
+def start_run(
+    workspace: Path, env: dict[str, str], log: Path, *args: str
+) -> subprocess.Popen[bytes]:
+    """`ticketgraph run ARGS` in `workspace` in the background, with `env` on a clean
+    environment, its stdout and stderr in `log`; the caller waits for it or stops it."""
+    cmd = [sys.executable, "-m", "orchestrator.cli", "run", *args]
+    with log.open("wb") as handle:
+        return subprocess.Popen(
+            cmd, cwd=workspace, env={**clean_env(), **env}, stdout=handle, stderr=subprocess.STDOUT
+        )
+
+
 def _start_worker(
     env: dict[str, str], log: Path, name: str, processes: int, threads: int, args: list[str]
 ) -> subprocess.Popen[bytes]:

@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -23,9 +21,9 @@ from tests.orchestrator.conftest import (
     REFERENCE_TICKETS,
     Cli,
     child_pids,
-    clean_env,
     demo_scripts,
     node_numbers,
+    start_run,
     state,
     ticket_rows,
     variant,
@@ -168,14 +166,7 @@ def test_a_run_waiting_for_workers_starts_when_one_comes_up_within_the_wait(
     with RedisServer(tcp=True) as redis, running_provider(DEMO_SCENARIOS) as llm_url:
         env = {"TICKETGRAPH_BROKER_URL": redis.url, "LLM_BASE_URL": llm_url}
         log = tmp_path / "run.log"
-        with log.open("w") as out:
-            run = subprocess.Popen(
-                [sys.executable, "-m", "orchestrator.cli", "run", "--wait-for-workers", "30"],
-                cwd=demo,
-                env={**clean_env(), **env},
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
+        run = start_run(demo, env, log, "--wait-for-workers", "30")
         try:
             deadline = time.monotonic() + 30
             while "waiting up to 30 s for a worker" not in log.read_text():

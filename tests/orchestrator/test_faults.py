@@ -23,6 +23,7 @@ from tests.orchestrator.conftest import (
     Cli,
     clean_env,
     demo_scripts,
+    start_run,
     state,
     ticket_rows,
     worker_processes,
@@ -49,17 +50,6 @@ def _slow_scenarios(
         script["latency_ms"] = per_script.get(script["name"], latency_ms)
         script["faults"] = script.get("faults", []) + (faults or {}).get(script["name"], [])
     return write_scenarios(tmp / "scenarios.yaml", scripts)
-
-
-def _start_run(workspace: Path, env: dict[str, str], log: Path) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "orchestrator.cli", "run"],
-        cwd=workspace,
-        env={**clean_env(), **env},
-        stdout=log.open("w"),
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
 
 
 def _wait_for(predicate: Any, timeout: float, what: str) -> float:
@@ -94,7 +84,7 @@ def test_a_redis_restart_mid_fan_out_loses_nothing(
     CLI waits it out, and the run ends with the reference verdict and request count (plus at
     most the two requests in flight)."""
     redis, llm, env = slow_cluster
-    run = _start_run(demo, env, tmp_path / "run.log")
+    run = start_run(demo, env, tmp_path / "run.log")
     _wait_for(lambda: _drafting(llm), 60, "drafting to start")
     redis.restart(down_s=1.0)
     assert run.wait(120) == 1, (tmp_path / "run.log").read_text()[-3000:]
@@ -112,7 +102,7 @@ def test_a_broker_that_lost_its_data_stops_the_run_and_resume_finishes_it(
     with RedisServer(tcp=True) as redis, running_provider(scenario) as llm:
         env = {"TICKETGRAPH_BROKER_URL": redis.url, "LLM_BASE_URL": llm}
         with worker_processes(env, tmp_path, ["n1"], threads=2):
-            run = _start_run(demo, env, tmp_path / "run.log")
+            run = start_run(demo, env, tmp_path / "run.log")
             _wait_for(lambda: _drafting(llm), 60, "drafting to start")
             redis.restart(down_s=1.0)
             assert run.wait(120) == 2, (tmp_path / "run.log").read_text()[-3000:]
@@ -133,7 +123,7 @@ def test_the_waiting_cli_rides_out_a_broker_outage(
 ) -> None:
     """Redis down for 10 s mid-run: the CLI keeps waiting and reports the verdict (exit 1)."""
     redis, llm, env = slow_cluster
-    run = _start_run(demo, env, tmp_path / "run.log")
+    run = start_run(demo, env, tmp_path / "run.log")
     _wait_for(lambda: _drafting(llm), 60, "drafting to start")
     redis.restart(down_s=10.0)
     assert run.wait(180) == 1, (tmp_path / "run.log").read_text()[-3000:]
@@ -147,7 +137,7 @@ def test_a_cli_that_gives_up_on_the_broker_exits_75_and_leaves_the_run_running(
     on the run, which stays `running`; once Redis is back the workers finish it alone."""
     redis, llm, env = slow_cluster
     log = tmp_path / "run.log"
-    run = _start_run(demo, {**env, "TICKETGRAPH_BROKER_OUTAGE_S": "2"}, log)
+    run = start_run(demo, {**env, "TICKETGRAPH_BROKER_OUTAGE_S": "2"}, log)
     _wait_for(lambda: _drafting(llm), 60, "drafting to start")
     redis.process.send_signal(signal.SIGTERM)  # type: ignore[union-attr]
     redis.process.wait(10)  # type: ignore[union-attr]
@@ -211,7 +201,7 @@ def test_a_killed_workers_ticket_comes_back_and_a_slow_one_runs_once(
             "TICKETGRAPH_RESTORE_INTERVAL_S": str(restore_s),
         }
         with worker_processes(env, tmp_path, ["k1", "k2"], threads=1):
-            run = _start_run(demo, env, tmp_path / "run.log")
+            run = start_run(demo, env, tmp_path / "run.log")
             # The provider counts a script's request when it answers: 1 = T-1002's first turn
             # is done and its second is in flight.
             _wait_for(lambda: _stats(llm)["scripts"].get("T-1002#1") == 1, 60, "T-1002 drafting")
@@ -267,7 +257,7 @@ def test_a_worker_killed_holding_the_restore_lock_delays_a_ticket_seconds_not_mi
             # What a worker sets when it takes the lock (kombu's default where it sets none).
             expiries = {o.get("unacked_mutex_expire", 300) for o in options}
             (expiry,) = expiries
-            run = _start_run(demo, env, tmp_path / "run.log")
+            run = start_run(demo, env, tmp_path / "run.log")
             _wait_for(lambda: _stats(llm)["scripts"].get("T-1002#1") == 1, 60, "T-1002 drafting")
             (victim,) = _running(redis.url, "T-1002")
             # A worker that died holding the lock: kombu's lock, taken and never released.

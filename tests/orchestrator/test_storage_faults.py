@@ -19,6 +19,7 @@ from tests.orchestrator.conftest import (
     Cli,
     clean_env,
     demo_scripts,
+    start_run,
     state,
     ticket_rows,
     write_scenarios,
@@ -73,13 +74,7 @@ def test_a_run_folder_that_turns_read_only_mid_run_crashes_the_run_and_resume_fi
     demo: Path, llm: str, cli: Cli, tmp_path: Path
 ) -> None:
     log = tmp_path / "run.log"
-    run = subprocess.Popen(
-        [sys.executable, "-m", "orchestrator.cli", "run"],
-        cwd=demo,
-        env={**clean_env(), "LLM_BASE_URL": llm},
-        stdout=log.open("w"),
-        stderr=subprocess.STDOUT,
-    )
+    run = start_run(demo, {"LLM_BASE_URL": llm}, log)
     _wait_for(lambda: _served(llm) >= 2, 60, "drafting to start")  # routed, drafts in flight
     run_id = state(demo)["run_id"]
     run_dir = demo / "runs" / run_id
