@@ -1,0 +1,223 @@
+"""Where a ticket's CPU goes: the thread CPU of each phase of the per-ticket tasks.
+
+    python -m bench.phases [--n 1000] [--root /dev/shm] [--json FILE]
+
+One embedded `ticketgraph run` of the scaled workload (bench/workload.py) at latency 0, pool
+16, run by a child of this command with every phase in PHASES wrapped to add up
+`time.thread_time()` around each call: the CPU of the calling thread, inclusive of what it
+calls, not of the threads it waits on. The run's worker processes are forked from that
+child, wrappers and all; at the run's end they stop warm (not SIGKILLed, as an embedded run
+otherwise stops them), finish their tasks, and each writes its sums and CPU on Celery's
+`worker_shutdown`. Printed per phase: calls, CPU per call and CPU
+a ticket, summed over the worker processes; beside them the CPU of every process of the run
+(`wait4`'s rusage of the child, which reaps its workers and Redis) and of the workers.
+
+Phases nest (the step under the fence holds the agent run, which holds the harness loop,
+which holds the model call): read each as "of which". The agent, loop and model-call rows
+also hold the router's one agent run (route is a whole-run step, outside the tasks). What
+no phase covers: the rest of the task (holding the ticket, reading run.json), and outside
+the tasks Celery's own work in the worker processes (receiving, acknowledging, its consumer
+thread, its warm shutdown) and the whole-run steps (route, merge, report): the workers' CPU
+minus the first row. A wrapper costs about 1 µs a call, so the rows with many calls (trace
+lines, atomic writes) read a little high. `--root` on tmpfs leaves the filesystem out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import importlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+# label, module, attribute (a function of the module, or Class.method)
+PHASES: list[tuple[str, str, str]] = [
+    ("task: one ticket", "orchestrator.plan.tasks", "_one_ticket"),
+    ("  the step under the fence", "orchestrator.plan.tasks", "_held"),
+    ("    take the fence", "orchestrator.run.fence", "EpochFence.take_if"),
+    ("    agent run", "orchestrator.steps.agent", "run_agent"),
+    ("      harness loop", "workers.loop", "run"),
+    ("        model call (client)", "workers.client", "ModelClient.complete"),
+    ("        save agent state", "workers.state", "RunState.save"),
+    ("    gate check", "orchestrator.steps.review", "ReviewLoop.check"),
+    ("    hand the slot on", "orchestrator.plan.canvas", "hand_on"),
+    ("  read a ticket's record", "orchestrator.run.store", "RunStore.ticket"),
+    ("  write a ticket's record", "orchestrator.run.store", "RunStore.save_ticket"),
+    ("  a trace line", "workers.trace", "Tracer.emit"),
+    ("  an atomic file write", "workers.atomic", "write_text"),
+]
+TOP = PHASES[0][0]
+ENV_OUT = "TG_PHASES_OUT"  # the folder each worker process writes its sums to
+
+
+# --- in the run's processes -------------------------------------------------------------------
+
+
+class Sums:
+    """Calls and thread CPU per phase, in one process."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.by_label: dict[str, list[float]] = {}
+
+    def wrap(self, label: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """`fn`, adding its calls and thread CPU to `label`."""
+
+        @functools.wraps(fn)
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            started = time.thread_time()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                spent = time.thread_time() - started
+                with self.lock:
+                    sums = self.by_label.setdefault(label, [0, 0.0])
+                    sums[0] += 1
+                    sums[1] += spent
+
+        return timed
+
+    def write(self, folder: Path) -> None:
+        """This process's sums and CPU, as `<pid>.json` in `folder`."""
+        with self.lock:
+            body = {"pid": os.getpid(), "cpu_s": time.process_time(), "phases": self.by_label}
+        (folder / f"{os.getpid()}.json").write_text(json.dumps(body), encoding="utf-8")
+
+
+def install(sums: Sums) -> None:
+    """Wrap every phase of PHASES in place."""
+    for label, module_name, attribute in PHASES:
+        owner: Any = importlib.import_module(module_name)
+        *classes, name = attribute.split(".")
+        for cls in classes:
+            owner = getattr(owner, cls)
+        found = owner.__dict__.get(name) if isinstance(owner, type) else None
+        if isinstance(found, classmethod):  # wrap the function, keep it a classmethod
+            setattr(owner, name, classmethod(sums.wrap(label, found.__func__)))
+        else:
+            setattr(owner, name, sums.wrap(label, getattr(owner, name)))
+
+
+def _child(workspace: str) -> int:
+    """The instrumented `ticketgraph run` (this process forks the run's workers)."""
+    from celery import signals
+
+    from orchestrator.broker import worker_processes
+    from orchestrator.cli import main as cli
+
+    out = Path(os.environ[ENV_OUT])
+    sums = Sums()
+    install(sums)
+    stop = worker_processes.Fleet.stop
+
+    def warm_stop(fleet: Any, graceful: bool = True, timeout: float = 60.0) -> None:
+        # The embedded run SIGKILLs its workers at its end (all work is on disk); here each
+        # stops warm instead: it finishes its running tasks, then writes its sums.
+        stop(fleet, True, timeout)
+
+    def written(**_: Any) -> None:  # Celery's worker_shutdown, in each forked worker
+        sums.write(out)
+
+    worker_processes.Fleet.stop = warm_stop  # type: ignore[method-assign]
+    signals.worker_shutdown.connect(written, weak=False)
+    return cli.main(["run", "--workspace", workspace, "--quiet"])
+
+
+# --- the command --------------------------------------------------------------------------------
+
+
+def measure(n: int, root: Path) -> dict[str, Any]:
+    """One instrumented run of N tickets in a fresh folder under `root`: every phase's sums
+    over the worker processes, and the CPU of the run's processes."""
+    from bench.workload import build
+
+    with tempfile.TemporaryDirectory(dir=root, prefix="tg-phases-") as tmp:
+        workload = build(Path(tmp) / "ws", n, latency_ms=0, pool_size=16)
+        out = Path(tmp) / "phases"
+        out.mkdir()
+        env = dict(os.environ, **{ENV_OUT: str(out)})
+        argv = [sys.executable, "-m", "bench.phases", "--child", str(workload.root)]
+        started = time.perf_counter()
+        with open(Path(tmp) / "run.log", "wb") as log:
+            child = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT)
+            _, status, usage = os.wait4(child.pid, 0)
+        wall_s = time.perf_counter() - started
+        code = os.waitstatus_to_exitcode(status)
+        if code not in (0, 1):  # the workload's verdict is 1: some tickets need a human
+            log_tail = (Path(tmp) / "run.log").read_text(errors="replace")[-2000:]
+            raise RuntimeError(f"the instrumented run exited {code}:\n{log_tail}")
+        workers = [json.loads(p.read_text()) for p in sorted(out.glob("*.json"))]
+    if not workers:
+        raise RuntimeError("no worker process wrote its sums (none stopped warm)")
+    phases: dict[str, list[float]] = {label: [0, 0.0] for label, _, _ in PHASES}
+    for worker in workers:
+        for label, (calls, cpu_s) in worker["phases"].items():
+            phases[label][0] += calls
+            phases[label][1] += cpu_s
+    return {
+        "n": n,
+        "root": str(root),
+        "wall_s": round(wall_s, 3),
+        "cpu_all_s": round(usage.ru_utime + usage.ru_stime, 3),
+        "cpu_system_s": round(usage.ru_stime, 3),
+        "cpu_workers_s": round(sum(w["cpu_s"] for w in workers), 3),
+        "worker_processes": len(workers),
+        "model_calls_expected": sum(workload.calls.values()),
+        "phases": {
+            label: {"calls": int(c), "cpu_s": round(s, 4)} for label, (c, s) in phases.items()
+        },
+    }
+
+
+def table(result: dict[str, Any]) -> str:
+    """The result as a table, per ticket."""
+    n = result["n"]
+    per = lambda s: f"{s / n * 1000:6.3f} ms"  # noqa: E731
+    lines = [
+        f"N = {n:,}, latency 0, pool 16, run folder under {result['root']}; "
+        f"wall {result['wall_s']} s",
+        f"CPU of every process a ticket: {per(result['cpu_all_s'])} "
+        f"(system {per(result['cpu_system_s'])}); of the {result['worker_processes']} worker "
+        f"processes: {per(result['cpu_workers_s'])}",
+        "",
+        f"{'phase (thread CPU, inclusive)':34} {'calls':>7} {'per call':>10} {'a ticket':>10}",
+    ]
+    for label, sums in result["phases"].items():
+        calls, cpu_s = sums["calls"], sums["cpu_s"]
+        each = f"{cpu_s / calls * 1e6:7.0f} µs" if calls else "      –   "
+        lines.append(f"{label:34} {calls:7,} {each:>10} {per(cpu_s):>10}")
+    rest = result["cpu_workers_s"] - result["phases"][TOP]["cpu_s"]
+    lines.append(f"{'workers, outside the tasks':34} {'':7} {'':>10} {per(rest):>10}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line: one instrumented run, printed (and written as JSON if asked)."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=1000, help="tickets (1,000)")
+    parser.add_argument(
+        "--root", type=Path, default=Path(tempfile.gettempdir()), help="where the run folder goes"
+    )
+    parser.add_argument("--json", type=Path, metavar="FILE", help="also write the result here")
+    parser.add_argument("--child", metavar="WORKSPACE", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        return _child(args.child)
+    result = measure(args.n, args.root)
+    result["load_after"] = [round(x, 2) for x in os.getloadavg()]
+    print(table(result))
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
