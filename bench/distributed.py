@@ -4,6 +4,8 @@ b. Scaling out: N = 1,000 at pool 32, 50 ms, on "1 worker process" (one `ticketg
    --processes 1 --threads 32`) and on "2 worker processes" (two `--processes 1 --threads 16`).
    Each run gets a fresh Redis, fresh workers (ready before the run starts), a fresh
    workspace; the provider is one process for the section. Throughput = tickets / run wall.
+   The layouts alternate, RUNS times each, and the figures are their medians: one run of
+   each gave 1.07-2.06× on this shared machine, a verdict a neighbour's burst could flip.
 e. Broker bytes: the demo workspace twice on one worker, once as it is and once with
    T-1001's final draft ~100 KB (a copy of the demo scripts for model `big`), with a MONITOR
    thread collecting every LPUSH (kombu's task messages) on the Redis server.
@@ -34,6 +36,7 @@ LAYOUTS = {
     "two": [WorkerSpec("w1", 1, 16), WorkerSpec("w2", 1, 16)],
 }
 LAYOUT_NAMES = {"one": "1 worker process", "two": "2 worker processes"}
+RUNS = 3  # runs of each layout, alternating (--runs overrides)
 
 MARKER = "DRAFT-BODY-MARKER"
 BIG_DRAFT = "Ticket T-1001: " + f"{MARKER} lorem ipsum dolor sit amet. " * 2300  # ~101 KB
@@ -50,7 +53,7 @@ def run_scaling(ctx: Context, section: Section) -> None:
     shape = build(ctx.folder("b-scenario"), n, LATENCY_MS, POOL)
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in LAYOUTS}
     with Provider(shape.root / "scenarios" / "demo.yaml", ctx.folder("b-provider") / "log") as llm:
-        for _ in range(ctx.options.runs_or(1)):
+        for _ in range(ctx.options.runs_or(RUNS)):
             for name, specs in LAYOUTS.items():
                 runs[name].append(_distributed_run(ctx, llm, n, specs))
     ideal = shape.critical_path_s()
