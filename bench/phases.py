@@ -201,7 +201,11 @@ def table(result: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Command line: one instrumented run, printed (and written as JSON if asked)."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.phases",
+        description=__doc__.split("\n\n")[0] + " One instrumented embedded run at latency 0.",
+        epilog="Phases nest (read each row as 'of which'); bench/phases.py says what each counts.",
+    )
     parser.add_argument("--n", type=int, default=1000, help="tickets (1,000)")
     parser.add_argument(
         "--root", type=Path, default=Path(tempfile.gettempdir()), help="where the run folder goes"
