@@ -1,25 +1,26 @@
-"""Where a ticket's CPU goes: the thread CPU of each phase of the per-ticket tasks.
+"""Where a ticket's CPU goes: the thread CPU of each span of the per-ticket tasks.
 
-    python -m bench.phases [--n 1000] [--root /dev/shm] [--json FILE]
+    python -m bench.spans [--n 1000] [--root /dev/shm] [--json FILE]
 
 One embedded `ticketgraph run` of the scaled workload (bench/workload.py) at latency 0, pool
-16, run by a child of this command with every phase in PHASES wrapped to add up
-`time.thread_time()` around each call: the CPU of the calling thread, inclusive of what it
-calls, not of the threads it waits on. The run's worker processes are forked from that
-child, wrappers and all; at the run's end they stop warm (not SIGKILLed, as an embedded run
-otherwise stops them), finish their tasks, and each writes its sums and CPU on Celery's
-`worker_shutdown`. Printed per phase: calls, CPU per call and CPU
-a ticket, summed over the worker processes; beside them the CPU of every process of the run
-(`wait4`'s rusage of the child, which reaps its workers and Redis) and of the workers.
+16, two worker processes, run by a child of this command with every function in SPANS
+wrapped to add up `time.thread_time()` around each call: the CPU of the calling thread,
+inclusive of what it calls, not of the threads it waits on. The worker processes are forked
+from that child, wrappers and all (each starts from zero sums); at the run's end they stop
+warm (not SIGKILLed, as an embedded run otherwise stops them), finish their tasks, and each
+writes its sums and its CPU on Celery's `worker_shutdown`. Printed per span: calls, CPU a
+call and CPU a ticket, summed over the worker processes; beside them the CPU of every
+process of the run (`wait4`'s rusage of the child, which reaps its workers and Redis) and
+of the workers.
 
-Phases nest (the step under the fence holds the agent run, which holds the harness loop,
-which holds the model call): read each as "of which". The agent, loop and model-call rows
-also hold the router's one agent run (route is a whole-run step, outside the tasks). What
-no phase covers: the rest of the task (holding the ticket, reading run.json), and outside
-the tasks Celery's own work in the worker processes (receiving, acknowledging, its consumer
-thread, its warm shutdown) and the whole-run steps (route, merge, report): the workers' CPU
-minus the first row. A wrapper costs about 1 µs a call, so the rows with many calls (trace
-lines, atomic writes) read a little high. `--root` on tmpfs leaves the filesystem out.
+Only what runs inside a per-ticket task is counted (the first row; a thread-local flag says
+where a call runs), so every other row is "of which" of it, and rows indented under another
+are "of which" of that one. Outside the tasks: Celery's own work in the worker processes
+(receiving, acknowledging, its consumer thread, its warm shutdown) and the whole-run steps
+(route, merge, report): the workers' CPU minus the first row. A wrapper costs about 1 µs a
+call, so the rows with many calls (trace lines, atomic writes) read a little high. With an
+evaluator configured, a gate check holds agent runs too; the workload has none. `--root` on
+tmpfs leaves the filesystem out.
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ import functools
 import importlib
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import threading
@@ -38,12 +38,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-# label, module, attribute (a function of the module, or Class.method)
-PHASES: list[tuple[str, str, str]] = [
-    ("task: one ticket", "orchestrator.plan.tasks", "_one_ticket"),
+# label, module, attribute (a function of the module, or Class.method); the first is the task
+SPANS: list[tuple[str, str, str]] = [
+    ("per-ticket tasks", "orchestrator.plan.tasks", "_one_ticket"),
     ("  the step under the fence", "orchestrator.plan.tasks", "_held"),
     ("    take the fence", "orchestrator.run.fence", "EpochFence.take_if"),
-    ("    agent run", "orchestrator.steps.agent", "run_agent"),
+    ("    agent runs", "orchestrator.steps.agent", "run_agent"),
     ("      harness loop", "workers.loop", "run"),
     ("        model call (client)", "workers.client", "ModelClient.complete"),
     ("        save agent state", "workers.state", "RunState.save"),
@@ -54,30 +54,42 @@ PHASES: list[tuple[str, str, str]] = [
     ("  a trace line", "workers.trace", "Tracer.emit"),
     ("  an atomic file write", "workers.atomic", "write_text"),
 ]
-TOP = PHASES[0][0]
-ENV_OUT = "TG_PHASES_OUT"  # the folder each worker process writes its sums to
+TOP = SPANS[0][0]
+WORKERS = 2
+ENV_OUT = "TG_SPANS_OUT"  # the folder each worker process writes its sums to
+STOP_S = 60.0  # a worker that takes longer to stop warm is SIGKILLed, and its sums are lost
 
 
 # --- in the run's processes -------------------------------------------------------------------
 
 
 class Sums:
-    """Calls and thread CPU per phase, in one process."""
+    """Calls and thread CPU per span, in one process, counted inside per-ticket tasks only."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.by_label: dict[str, list[float]] = {}
+        self.task = threading.local()  # `.inside`: this thread runs a per-ticket task
+        os.register_at_fork(after_in_child=self.by_label.clear)  # a child counts its own
 
     def wrap(self, label: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-        """`fn`, adding its calls and thread CPU to `label`."""
+        """`fn`, adding its calls and thread CPU to `label` when it runs inside a task (the
+        first span marks the thread while it runs)."""
+        top = label == TOP
 
         @functools.wraps(fn)
         def timed(*args: Any, **kwargs: Any) -> Any:
+            if not (top or getattr(self.task, "inside", False)):
+                return fn(*args, **kwargs)
+            if top:
+                self.task.inside = True
             started = time.thread_time()
             try:
                 return fn(*args, **kwargs)
             finally:
                 spent = time.thread_time() - started
+                if top:
+                    self.task.inside = False
                 with self.lock:
                     sums = self.by_label.setdefault(label, [0, 0.0])
                     sums[0] += 1
@@ -88,13 +100,13 @@ class Sums:
     def write(self, folder: Path) -> None:
         """This process's sums and CPU, as `<pid>.json` in `folder`."""
         with self.lock:
-            body = {"pid": os.getpid(), "cpu_s": time.process_time(), "phases": self.by_label}
+            body = {"pid": os.getpid(), "cpu_s": time.process_time(), "spans": self.by_label}
         (folder / f"{os.getpid()}.json").write_text(json.dumps(body), encoding="utf-8")
 
 
 def install(sums: Sums) -> None:
-    """Wrap every phase of PHASES in place."""
-    for label, module_name, attribute in PHASES:
+    """Wrap every function of SPANS in place."""
+    for label, module_name, attribute in SPANS:
         owner: Any = importlib.import_module(module_name)
         *classes, name = attribute.split(".")
         for cls in classes:
@@ -118,10 +130,10 @@ def _child(workspace: str) -> int:
     install(sums)
     stop = worker_processes.Fleet.stop
 
-    def warm_stop(fleet: Any, graceful: bool = True, timeout: float = 60.0) -> None:
+    def warm_stop(fleet: worker_processes.Fleet, graceful: bool = True, timeout: float = 0) -> None:
         # The embedded run SIGKILLs its workers at its end (all work is on disk); here each
         # stops warm instead: it finishes its running tasks, then writes its sums.
-        stop(fleet, True, timeout)
+        stop(fleet, True, STOP_S)
 
     def written(**_: Any) -> None:  # Celery's worker_shutdown, in each forked worker
         sums.write(out)
@@ -134,47 +146,46 @@ def _child(workspace: str) -> int:
 # --- the command --------------------------------------------------------------------------------
 
 
-def measure(n: int, root: Path) -> dict[str, Any]:
-    """One instrumented run of N tickets in a fresh folder under `root`: every phase's sums
+def measure(n: int, root: Path, timeout_s: float = 1800) -> dict[str, Any]:
+    """One instrumented run of N tickets in a fresh folder under `root`: every span's sums
     over the worker processes, and the CPU of the run's processes."""
+    from bench.services import child_env
+    from bench.watch import run_watched
     from bench.workload import build
 
-    with tempfile.TemporaryDirectory(dir=root, prefix="tg-phases-") as tmp:
+    with tempfile.TemporaryDirectory(dir=root, prefix="tg-spans-") as tmp:
         workload = build(Path(tmp) / "ws", n, latency_ms=0, pool_size=16)
-        out = Path(tmp) / "phases"
+        out = Path(tmp) / "spans"
         out.mkdir()
-        env = dict(os.environ, **{ENV_OUT: str(out)})
-        argv = [sys.executable, "-m", "bench.phases", "--child", str(workload.root)]
-        started = time.perf_counter()
-        with open(Path(tmp) / "run.log", "wb") as log:
-            child = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT)
-            _, status, usage = os.wait4(child.pid, 0)
-        wall_s = time.perf_counter() - started
-        code = os.waitstatus_to_exitcode(status)
-        if code not in (0, 1):  # the workload's verdict is 1: some tickets need a human
-            log_tail = (Path(tmp) / "run.log").read_text(errors="replace")[-2000:]
-            raise RuntimeError(f"the instrumented run exited {code}:\n{log_tail}")
+        env = child_env(**{ENV_OUT: str(out), "TICKETGRAPH_PROCESSES": str(WORKERS)})
+        argv = [sys.executable, "-m", "bench.spans", "--child", str(workload.root)]
+        run = run_watched(argv, workload.root, env, Path(tmp) / "logs", timeout_s)
+        if run.returncode not in (0, 1) or run.timed_out:  # 1: some tickets need a human
+            raise RuntimeError(f"the instrumented run exited {run.returncode}: {run.tail(20)}")
         workers = [json.loads(p.read_text()) for p in sorted(out.glob("*.json"))]
-    if not workers:
-        raise RuntimeError("no worker process wrote its sums (none stopped warm)")
-    phases: dict[str, list[float]] = {label: [0, 0.0] for label, _, _ in PHASES}
-    for worker in workers:
-        for label, (calls, cpu_s) in worker["phases"].items():
-            phases[label][0] += calls
-            phases[label][1] += cpu_s
+    if len(workers) != WORKERS:
+        raise RuntimeError(f"{len(workers)} of {WORKERS} worker processes wrote their sums")
     return {
         "n": n,
         "root": str(root),
-        "wall_s": round(wall_s, 3),
-        "cpu_all_s": round(usage.ru_utime + usage.ru_stime, 3),
-        "cpu_system_s": round(usage.ru_stime, 3),
+        "wall_s": round(run.wall_s, 3),
+        "cpu_all_s": round(run.cpu_s, 3),
+        "cpu_system_s": round(run.system_cpu_s, 3),
         "cpu_workers_s": round(sum(w["cpu_s"] for w in workers), 3),
         "worker_processes": len(workers),
-        "model_calls_expected": sum(workload.calls.values()),
-        "phases": {
-            label: {"calls": int(c), "cpu_s": round(s, 4)} for label, (c, s) in phases.items()
-        },
+        "model_calls_expected": workload.calls["fanout"] + workload.calls["review"],
+        "spans": _summed(workers),
     }
+
+
+def _summed(workers: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Each span's calls and CPU over the worker processes, in SPANS' order."""
+    spans: dict[str, list[float]] = {label: [0, 0.0] for label, _, _ in SPANS}
+    for worker in workers:
+        for label, (calls, cpu_s) in worker["spans"].items():
+            spans[label][0] += calls
+            spans[label][1] += cpu_s
+    return {label: {"calls": int(c), "cpu_s": round(s, 4)} for label, (c, s) in spans.items()}
 
 
 def table(result: dict[str, Any]) -> str:
@@ -188,13 +199,13 @@ def table(result: dict[str, Any]) -> str:
         f"(system {per(result['cpu_system_s'])}); of the {result['worker_processes']} worker "
         f"processes: {per(result['cpu_workers_s'])}",
         "",
-        f"{'phase (thread CPU, inclusive)':34} {'calls':>7} {'per call':>10} {'a ticket':>10}",
+        f"{'span (thread CPU, inclusive)':34} {'calls':>7} {'per call':>10} {'a ticket':>10}",
     ]
-    for label, sums in result["phases"].items():
+    for label, sums in result["spans"].items():
         calls, cpu_s = sums["calls"], sums["cpu_s"]
         each = f"{cpu_s / calls * 1e6:7.0f} µs" if calls else "      –   "
         lines.append(f"{label:34} {calls:7,} {each:>10} {per(cpu_s):>10}")
-    rest = result["cpu_workers_s"] - result["phases"][TOP]["cpu_s"]
+    rest = result["cpu_workers_s"] - result["spans"][TOP]["cpu_s"]
     lines.append(f"{'workers, outside the tasks':34} {'':7} {'':>10} {per(rest):>10}")
     return "\n".join(lines)
 
@@ -202,9 +213,9 @@ def table(result: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     """Command line: one instrumented run, printed (and written as JSON if asked)."""
     parser = argparse.ArgumentParser(
-        prog="python -m bench.phases",
+        prog="python -m bench.spans",
         description=__doc__.split("\n\n")[0] + " One instrumented embedded run at latency 0.",
-        epilog="Phases nest (read each row as 'of which'); bench/phases.py says what each counts.",
+        epilog="Rows nest (read each as 'of which'); bench/spans.py says what each counts.",
     )
     parser.add_argument("--n", type=int, default=1000, help="tickets (1,000)")
     parser.add_argument(
