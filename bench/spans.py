@@ -6,12 +6,12 @@ One embedded `ticketgraph run` of the scaled workload (bench/workload.py) at lat
 16, two worker processes, run by a child of this command with every function in SPANS
 wrapped to add up `time.thread_time()` around each call: the CPU of the calling thread,
 inclusive of what it calls, not of the threads it waits on. The worker processes are forked
-from that child, wrappers and all (each starts from zero sums); at the run's end they stop
-warm (not SIGKILLed, as an embedded run otherwise stops them), finish their tasks, and each
-writes its sums and its CPU on Celery's `worker_shutdown`. Printed per span: calls, CPU a
-call and CPU a ticket, summed over the worker processes; beside them the CPU of every
-process of the run (`wait4`'s rusage of the child, which reaps its workers and Redis) and
-of the workers.
+from that child, wrappers and all (with no sums yet: the child runs no task); at the run's
+end they stop warm (not SIGKILLed, as an embedded run otherwise stops them), finish their
+tasks, and each writes its sums and its CPU on Celery's `worker_shutdown`. Printed per
+span: calls, CPU a call and CPU a ticket, summed over the worker processes; beside them the
+CPU of every process of the run (`wait4`'s rusage of the child, which reaps its workers and
+Redis) and of the workers.
 
 Only what runs inside a per-ticket task is counted (the first row; a thread-local flag says
 where a call runs), so every other row is "of which" of it, and rows indented under another
@@ -70,7 +70,6 @@ class Sums:
         self.lock = threading.Lock()
         self.by_label: dict[str, list[float]] = {}
         self.task = threading.local()  # `.inside`: this thread runs a per-ticket task
-        os.register_at_fork(after_in_child=self.by_label.clear)  # a child counts its own
 
     def wrap(self, label: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         """`fn`, adding its calls and thread CPU to `label` when it runs inside a task (the
@@ -79,17 +78,16 @@ class Sums:
 
         @functools.wraps(fn)
         def timed(*args: Any, **kwargs: Any) -> Any:
-            if not (top or getattr(self.task, "inside", False)):
+            inside = getattr(self.task, "inside", False)
+            if not (top or inside):
                 return fn(*args, **kwargs)
-            if top:
-                self.task.inside = True
+            self.task.inside = True
             started = time.thread_time()
             try:
                 return fn(*args, **kwargs)
             finally:
                 spent = time.thread_time() - started
-                if top:
-                    self.task.inside = False
+                self.task.inside = inside
                 with self.lock:
                     sums = self.by_label.setdefault(label, [0, 0.0])
                     sums[0] += 1

@@ -220,6 +220,15 @@ def worker_processes(
                 proc.wait(10)
 
 
+def wait_for(what: str, found: Callable[[], Any], timeout: float = 60) -> Any:
+    """Poll `found` until it returns something true, and return that; fail after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while not (value := found()):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+    return value
+
+
 def start_run(
     workspace: Path, env: dict[str, str], log: Path, *args: str
 ) -> subprocess.Popen[bytes]:

@@ -16,7 +16,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ from tests.orchestrator.conftest import (
     demo_scripts,
     state,
     ticket_rows,
+    wait_for,
     worker_processes,
     write_scenarios,
 )
@@ -53,15 +54,6 @@ def _stats(url: str) -> dict[str, Any]:
     return httpx.get(url.replace("/v1", "/stats")).json()  # type: ignore[no-any-return]
 
 
-def _wait_for(what: str, found: Callable[[], Any], timeout: float = 60) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if value := found():
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 @contextlib.contextmanager
 def _running(workspace: Path, env: dict[str, str]) -> Iterator[subprocess.Popen[str]]:
     """`ticketgraph run` in the background (stopped by PID if the test leaves it running)."""
@@ -82,7 +74,7 @@ def _running(workspace: Path, env: dict[str, str]) -> Iterator[subprocess.Popen[
 
 
 def _run_dir(workspace: Path) -> Path:
-    return _wait_for("the run folder", lambda: next((workspace / "runs").glob("run-*"), None))
+    return wait_for("the run folder", lambda: next((workspace / "runs").glob("run-*"), None))
 
 
 def _records(run_dir: Path) -> dict[str, str]:
@@ -118,7 +110,7 @@ def test_a_cancel_made_while_every_worker_is_down_holds_when_new_ones_start(
         }
         with _running(demo, env) as run:
             with worker_processes(env, tmp_path, ["w1", "w2"]) as workers:
-                _wait_for("two drafts in flight", lambda: _stats(llm)["in_flight"] >= 2)
+                wait_for("two drafts in flight", lambda: _stats(llm)["in_flight"] >= 2)
                 for worker in workers:  # every worker gone: their tasks stay unacknowledged
                     for child in child_pids(worker.pid):
                         os.kill(child, signal.SIGKILL)
@@ -134,7 +126,7 @@ def test_a_cancel_made_while_every_worker_is_down_holds_when_new_ones_start(
         # New workers take the killed tasks back (visibility timeout) and start none.
         with worker_processes(env, tmp_path, ["w3", "w4"]):
             logs = [tmp_path / "w3.log", tmp_path / "w4.log"]
-            _wait_for(
+            wait_for(
                 "the killed drafts delivered again",
                 lambda: sum(p.read_text().count("orchestrator.draft[") for p in logs) >= 2,
             )
@@ -163,8 +155,8 @@ def test_a_cancelled_ticket_stops_the_others_finish_and_resume_retries_it(
         env = {"TICKETGRAPH_BROKER_URL": broker, "LLM_BASE_URL": llm}
         with worker_processes(env, tmp_path, ["w1", "w2"]), _running(demo, env) as run:
             run_dir = _run_dir(demo)
-            _wait_for("T-1002 in flight", lambda: _stats(llm)["in_flight"] >= 1)
-            _wait_for("T-1002's request", lambda: "T-1002" in (run_dir / "run.jsonl").read_text())
+            wait_for("T-1002 in flight", lambda: _stats(llm)["in_flight"] >= 1)
+            wait_for("T-1002's request", lambda: "T-1002" in (run_dir / "run.jsonl").read_text())
             cancelled = cli("cancel", run_dir.name, "--ticket", "T-1002", cwd=demo, env=env)
             assert cancelled.returncode == 0, cancelled.stderr
             assert "cancelled T-1002" in cancelled.stdout
@@ -191,7 +183,7 @@ def test_an_embedded_run_is_cancelled_through_its_own_command(demo: Path, cli: C
     write_scenarios(demo / "scenarios" / "demo.yaml", _hanging("T-1001", "T-1002"))
     with _running(demo, {}) as run:
         run_dir = _run_dir(demo)
-        _wait_for(
+        wait_for(
             "both drafts in flight",
             lambda: (
                 (run_dir / "run.jsonl").exists()

@@ -27,6 +27,7 @@ from tests.orchestrator.conftest import (
     state,
     ticket_rows,
     variant,
+    wait_for,
     worker_processes,
     write_scenarios,
 )
@@ -168,10 +169,9 @@ def test_a_run_waiting_for_workers_starts_when_one_comes_up_within_the_wait(
         log = tmp_path / "run.log"
         run = start_run(demo, env, log, "--wait-for-workers", "30")
         try:
-            deadline = time.monotonic() + 30
-            while "waiting up to 30 s for a worker" not in log.read_text():
-                assert run.poll() is None and time.monotonic() < deadline, log.read_text()
-                time.sleep(0.05)
+            waiting = "waiting up to 30 s for a worker"
+            wait_for(waiting, lambda: waiting in log.read_text() or run.poll() is not None, 30)
+            assert run.poll() is None, log.read_text()
             time.sleep(1.5)  # the first long ping is out before any worker listens
             with worker_processes(env, tmp_path, ["late"]):
                 assert run.wait(60) == 1, log.read_text()[-3000:]

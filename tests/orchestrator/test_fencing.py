@@ -15,7 +15,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -33,6 +32,7 @@ from tests.orchestrator.conftest import (
     demo_scripts,
     state,
     ticket_rows,
+    wait_for,
     worker_processes,
     write_scenarios,
 )
@@ -128,14 +128,6 @@ def _events(run_dir: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in lines if line.endswith("}")]
 
 
-def _wait_for(what: str, found: Callable[[], Any], timeout: float = 60) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := found()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
-    return value
-
-
 def _active(broker: str) -> list[dict[str, Any]]:
     """Every task running on a worker of `broker` (Celery's inspect)."""
     control = Celery(broker=broker)
@@ -189,8 +181,8 @@ def _stall_until_the_run_ends(
     )
     pid = None
     try:
-        run_dir = _wait_for("the run folder", lambda: next((demo / "runs").glob("run-*"), None))
-        pid = _wait_for("the ticket's worker process", lambda: find_pid(run_dir))
+        run_dir = wait_for("the run folder", lambda: next((demo / "runs").glob("run-*"), None))
+        pid = wait_for("the ticket's worker process", lambda: find_pid(run_dir))
         os.kill(pid, signal.SIGSTOP)
         out, err = run.communicate(timeout=120)
         assert run.returncode == 1, out + err
@@ -221,8 +213,8 @@ def _after_the_stale_copy_wakes(
     record_before = state(demo)
     os.kill(pid, signal.SIGCONT)
     broker = env["TICKETGRAPH_BROKER_URL"]
-    event = _wait_for("the stale copy's `superseded`", lambda: _superseded(run_dir, ticket))
-    _wait_for(
+    event = wait_for("the stale copy's `superseded`", lambda: _superseded(run_dir, ticket))
+    wait_for(
         "the stale copy to end",
         lambda: not any(t["worker_pid"] == pid for t in _active(broker)),
         timeout=60,
