@@ -21,7 +21,7 @@ import contextlib
 import socket
 import threading
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import Any, Protocol
 
 import httpcore
 import httpx
@@ -31,15 +31,21 @@ from workers import pool_guard
 _current = threading.local()
 
 
+class Shuttable(Protocol):
+    """What a cut shuts down: a stream here, or a connection of workers/connection.py."""
+
+    def shut(self) -> None: ...
+
+
 class Cut:
     """One request's switch: `cut()` shuts down the connection it uses, now or later."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._stream: _Stream | None = None
+        self._stream: Shuttable | None = None
         self._cut = self._done = False
 
-    def attach(self, stream: _Stream) -> None:
+    def attach(self, stream: Shuttable) -> None:
         with self._lock:
             if self._done:
                 return

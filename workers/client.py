@@ -1,4 +1,8 @@
-"""The model client: one model request over httpx, errors translated here.
+"""The model client: one model request over HTTP, errors translated here.
+
+Each thread sends on a keep-alive connection of its own: the standard library's http.client
+(workers/connection.py) for an endpoint httpx would reach directly, httpx's transport
+behind a proxy from the environment or with credentials in the URL.
 
 What goes over the wire is the API module's business (openai_wire.py: chat completions;
 anthropic_wire.py: Messages); this module does the rest, the same for both: timeouts,
@@ -9,6 +13,7 @@ scripts.
 from __future__ import annotations
 
 import functools
+import http.client
 import json
 import os
 import threading
@@ -30,6 +35,7 @@ from tenacity import (
 
 from workers import abortable, pool_guard
 from workers.cancel import CancelToken
+from workers.connection import Answer, Connection
 from workers.errors import Cancelled, ProviderError
 from workers.gate import Gate, Slot
 from workers.meter import worst_tokens
@@ -75,13 +81,20 @@ class ModelClient:
         self._extensions = {"timeout": self.http.timeout.as_dict()}
         # A client passed in (tests) is shared by every thread as it is, and waited on from a
         # helper thread so that a cancel does not wait for its reply. Otherwise each thread
-        # that sends gets connections of its own (`_transport`).
+        # that sends gets a connection of its own: on http.client (workers/connection.py)
+        # when httpx would send straight to the endpoint, else a pool of its own
+        # (`_transport`: a proxy from the environment, credentials in the URL).
         self._shared = http is not None
+        self._native = not self._shared and _direct(self.http, self._url)
+        self._path = self._url.raw_path.decode("ascii")
+        self._native_headers = {**self.http.headers, "content-type": "application/json"}
+        for name in ("accept-encoding", "connection"):  # http.client's own: identity, keep-alive
+            self._native_headers.pop(name, None)
         self._local = threading.local()
-        self._pools: list[httpx.Client] = []  # the threads' own, closed with this client
+        self._pools: list[httpx.Client | Connection] = []  # the threads' own, closed with this
         self._pools_lock = threading.Lock()
         # The threads' pools are made as this one is: if it can be cut, so can they.
-        self.cuttable = not self._shared and abortable.install(self.http)
+        self.cuttable = self._native or (not self._shared and abortable.install(self.http))
 
     def _new_http(self) -> httpx.Client:
         """An httpx client for the endpoint with this client's settings (no connection yet)."""
@@ -102,8 +115,28 @@ class ModelClient:
             ),
         )
 
+    def _connection(self) -> Connection:
+        """This thread's own connection to the endpoint (workers/connection.py)."""
+        connection: Connection | None = getattr(self._local, "connection", None)
+        if connection is None:
+            url, timeout = self._url, self.http.timeout
+            connection = Connection(
+                url.scheme,
+                url.host,
+                url.port or (443 if url.scheme == "https" else 80),
+                connect_s=timeout.connect or self.settings.connect_timeout_s,
+                read_s=timeout.read or self.settings.read_timeout_s,
+                keepalive_s=KEEPALIVE_S,
+                context=self._ssl,
+            )
+            self._local.connection = connection
+            with self._pools_lock:
+                self._pools.append(connection)
+        return connection
+
     def _transport(self) -> httpx.BaseTransport:
-        """The transport this thread sends on: its own connection pool for the endpoint.
+        """The transport this thread sends on when httpx sends (a proxy, credentials in the
+        URL, a client passed in): its own connection pool for the endpoint.
 
         One pool shared by a worker's threads cost a fifth of its CPU at 256 threads (the
         fleet regime of BENCHMARKS.md): every request and every reply walks the pool's
@@ -201,16 +234,16 @@ class ModelClient:
         tools: list[dict[str, Any]],
         cancel: CancelToken | None,
     ) -> ModelReply:
-        response = self._post(body) if cancel is None else self._post_until(body, cancel)
-        if response.status_code != 200:
-            raise _http_error(response, self.where, self.api.error_text)
+        answer = self._post(body) if cancel is None else self._post_until(body, cancel)
+        if answer.status != 200:
+            raise _http_error(answer, self.where, self.api.error_text)
         try:
-            data = response.json()
+            data = answer.json()
         except ValueError as exc:
-            shown = response.text[:200]
+            shown = answer.text[:200]
             raise ProviderError(f"{self.where} sent a body that is not JSON: {shown!r}") from exc
         reply = self.api.parse(data, self.where, messages, tools)
-        reply.service_ms = _float_or_none(response.headers.get("x-service-ms"))
+        reply.service_ms = _float_or_none(answer.headers.get("x-service-ms"))
         return reply
 
     @functools.cached_property
@@ -220,7 +253,7 @@ class ModelClient:
         url = httpx.URL(self.settings.base_url or "")
         return str(url.copy_with(username=None, password=None, query=None)).rstrip("/")
 
-    def _post_until(self, body: dict[str, Any], cancel: CancelToken) -> httpx.Response:
+    def _post_until(self, body: dict[str, Any], cancel: CancelToken) -> Answer:
         """`_post` that a cancel ends at once: the cancel cuts the request's connection
         (workers/abortable.py), so its read returns and the request raises `Cancelled`.
 
@@ -231,9 +264,9 @@ class ModelClient:
         cancel.check()
         cut = abortable.Cut()
 
-        def send() -> httpx.Response:
+        def send() -> Answer:
             with abortable.cuttable(cut):
-                return self._post(body)
+                return self._post(body, cut)
 
         forget = cancel.on_cancel(cut.cut)
         try:
@@ -245,35 +278,45 @@ class ModelClient:
         finally:
             forget()
 
-    def _post(self, body: dict[str, Any]) -> httpx.Response:
+    def _post(self, body: dict[str, Any], cut: abortable.Cut | None = None) -> Answer:
         # As httpx's own `json=` encodes a body.
         content = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-        request = httpx.Request(
-            "POST",
-            self._url,
-            headers=self._headers,
-            content=content.encode("utf-8"),
-            extensions=self._extensions,
-        )
         try:
-            response = self._transport().handle_request(request)
-            try:
-                response.read()
-            finally:
-                response.close()
-            return response
-        except httpx.TimeoutException as exc:
+            if self._native:
+                return self._connection().post(
+                    self._path, content.encode("utf-8"), self._native_headers, cut
+                )
+            return self._post_httpx(content.encode("utf-8"))
+        except (TimeoutError, httpx.TimeoutException) as exc:
             url = f"{self.where}/{self.api.PATH}"
             raise ProviderError(
                 f"no answer from {url} in time ({type(exc).__name__}); a slow model may need a "
                 f"longer LLM_READ_TIMEOUT_S (now {self.settings.read_timeout_s:g} s)"
             ) from exc
-        except httpx.HTTPError as exc:
+        except (OSError, http.client.HTTPException, httpx.HTTPError) as exc:
             url = f"{self.where}/{self.api.PATH}"
             raise ProviderError(
                 f"cannot reach {url}: {exc or type(exc).__name__}; check LLM_BASE_URL and that "
                 "the server is up"
             ) from exc
+
+    def _post_httpx(self, content: bytes) -> Answer:
+        request = httpx.Request(
+            "POST", self._url, headers=self._headers, content=content, extensions=self._extensions
+        )
+        response = self._transport().handle_request(request)
+        try:
+            response.read()
+        finally:
+            response.close()
+        return Answer(response.status_code, response.headers, response.content)
+
+
+def _direct(client: httpx.Client, url: httpx.URL) -> bool:
+    """True if httpx would send to `url` straight over its default transport: no proxy
+    mount applies, and the URL carries no credentials (httpx would send them as Basic)."""
+    plain = url.scheme in ("http", "https") and not url.userinfo
+    return plain and client._transport_for_url(url) is client._transport  # private; pinned
 
 
 _pools: dict[int, ThreadPoolExecutor] = {}
@@ -292,7 +335,7 @@ def _requests() -> ThreadPoolExecutor:
         return pool
 
 
-def _waited(future: Future[httpx.Response], cancel: CancelToken) -> httpx.Response:
+def _waited(future: Future[Answer], cancel: CancelToken) -> Answer:
     """The future's result, looking at `cancel` every CANCEL_POLL_S while it runs."""
     while True:
         try:
@@ -313,9 +356,9 @@ def _wait(state: RetryCallState) -> float:
 
 
 def _http_error(
-    response: httpx.Response, where: str, error_text: Callable[[Any], str | None]
+    response: Answer, where: str, error_text: Callable[[Any], str | None]
 ) -> ProviderError:
-    status = response.status_code
+    status = response.status
     hint = {
         401: "check LLM_API_KEY",
         403: "check LLM_API_KEY and what it may use",
@@ -327,7 +370,7 @@ def _http_error(
     return error
 
 
-def _error_text(response: httpx.Response, error_text: Callable[[Any], str | None]) -> str:
+def _error_text(response: Answer, error_text: Callable[[Any], str | None]) -> str:
     try:
         found = error_text(response.json())
     except ValueError:

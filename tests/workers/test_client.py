@@ -4,6 +4,8 @@ the reply shapes real OpenAI-compatible servers send, recorded here as fixtures.
 from __future__ import annotations
 
 import json
+import os
+import ssl
 import subprocess
 import sys
 import threading
@@ -16,6 +18,7 @@ from typing import Any
 import httpcore
 import httpx
 import pytest
+import trustme
 import yaml
 
 from orchestrator.broker.redis_server import free_port
@@ -181,10 +184,12 @@ class _Canned:
 
     def __init__(self, bodies: list[Any]) -> None:
         self.bodies = list(bodies)
+        self.paths: list[str] = []  # what each POST asked for
         canned = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
+                canned.paths.append(self.path)
                 length = int(self.headers.get("content-length") or 0)
                 self.rfile.read(length)
                 body = canned.bodies.pop(0)
@@ -354,30 +359,156 @@ def test_a_local_server_without_usage_is_estimated(canned: type[_Canned]) -> Non
     assert reply.message.content == "Ticket T-1001: refunded." and reply.usage.estimated
 
 
-def test_each_thread_sends_on_connections_of_its_own(tmp_path: Path) -> None:
-    """A worker's threads do not share one pool (every request and reply walked it under
+def _local_port(client: ModelClient) -> int:
+    """The local port of the calling thread's connection to the endpoint (open)."""
+    conn = client._connection()._conn
+    assert conn is not None and conn.sock is not None
+    return int(conn.sock.getsockname()[1])
+
+
+def test_each_thread_sends_on_a_connection_of_its_own(tmp_path: Path) -> None:
+    """A worker's threads share no pool (every request and reply walked a shared one under
     one lock, a fifth of a worker's CPU at 256 threads): each thread's requests go over its
-    own pool, whose one connection is kept alive for its next request; closing the client
-    closes every thread's pool."""
+    own connection, kept alive for its next request; closing the client closes them all."""
     with running_provider(_scripted(tmp_path, [], latency_ms=50)) as url:
         client = _client(url)
-        pools: dict[str, Any] = {}
+        assert client._native  # a plain endpoint: the standard library's http.client
+        ports: dict[str, set[int]] = {}
 
         def ask(name: str) -> None:
             for _ in range(3):
                 assert client.complete("m", HELLO, []).message.content
-            pools[name] = client._transport()._pool  # type: ignore[attr-defined]
+                ports.setdefault(name, set()).add(_local_port(client))
 
         threads = [threading.Thread(target=ask, args=(name,)) for name in "abc"]
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join(10)
-        assert len({id(pool) for pool in pools.values()}) == 3
-        assert all(len(pool.connections) == 1 for pool in pools.values())
+        assert all(len(used) == 1 for used in ports.values())  # kept alive: one each
+        assert len(set.union(*ports.values())) == 3  # and not shared
         assert _requests(url) == 9
+        connections = list(client._pools)
         client.close()
-        assert all(pool.connections == [] for pool in pools.values())
+        assert len(connections) == 3 and all(c._conn is None for c in connections)
+
+
+def test_an_idle_connection_is_dropped_before_the_server_would(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Idle past the client's keep-alive, a connection is not reused: the next request
+    opens a new one (servers close idle ones, and a request sent on a closing connection
+    fails without an answer)."""
+    monkeypatch.setattr("workers.client.KEEPALIVE_S", 0.3)
+    with running_provider(_scripted(tmp_path, [])) as url:
+        client = _client(url, max_retries=0)
+        client.complete("m", HELLO, [])
+        first = _local_port(client)
+        client.complete("m", HELLO, [])
+        assert _local_port(client) == first  # within the keep-alive: reused
+        time.sleep(0.5)
+        client.complete("m", HELLO, [])
+        assert _local_port(client) != first
+
+
+def test_a_forked_process_connects_on_its_own(tmp_path: Path) -> None:
+    """A process forked after a request (a worker forked from the command that routed)
+    does not send on the socket it inherited, which is its parent's: it connects anew, and
+    the parent's connection stays as it was."""
+    with running_provider(_scripted(tmp_path, [])) as url:
+        client = _client(url, max_retries=0)
+        client.complete("m", HELLO, [])
+        parent = _local_port(client)
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: one request, then its connection's port to the parent
+            code = 1
+            try:
+                client.complete("m", HELLO, [])
+                os.write(write, str(_local_port(client)).encode())
+                code = 0
+            finally:
+                os._exit(code)
+        os.close(write)
+        _, status = os.waitpid(pid, 0)
+        child = int(os.read(read, 32) or 0)
+        os.close(read)
+        assert os.waitstatus_to_exitcode(status) == 0 and child not in (0, parent)
+        client.complete("m", HELLO, [])
+        assert _local_port(client) == parent
+
+
+class _OneRequestEach(BaseHTTPRequestHandler):
+    """Answers one request a connection, then closes it without saying so (no
+    `Connection: close`), as a server whose idle timeout is shorter than ours does."""
+
+    protocol_version = "HTTP/1.1"
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("content-length") or 0))
+        data = json.dumps(NO_USAGE).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+        self.close_connection = True
+
+    def log_message(self, *_args: Any) -> None:
+        pass
+
+
+def test_a_connection_the_server_closed_is_not_reused() -> None:
+    """The server closed the idle connection: the next request sees it (the socket reads
+    ready with no request out) and connects again, with no retry spent (none allowed)."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _OneRequestEach)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        client = _client(f"http://127.0.0.1:{server.server_address[1]}/v1", max_retries=0)
+        for _ in range(3):
+            assert client.complete("m", HELLO, []).message.content == "hi there"
+            time.sleep(0.1)  # the server's close arrives
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_an_https_endpoint_is_verified(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, canned: type[_Canned]
+) -> None:
+    """Over TLS the client checks the server's certificate: one signed by a CA it trusts
+    (here SSL_CERT_FILE, as httpx reads it) answers; one it does not trust fails at once,
+    saying so, and nothing is sent."""
+    ca = trustme.CA()
+    with canned([NO_USAGE, NO_USAGE]) as server:
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        ca.issue_cert("127.0.0.1").configure_cert(context)
+        server.server.socket = context.wrap_socket(server.server.socket, server_side=True)
+        url = server.url.replace("http://", "https://")
+        untrusting = _client(url, max_retries=0)
+        with pytest.raises(ProviderError, match="CERTIFICATE_VERIFY_FAILED"):
+            untrusting.complete("m", HELLO, [])
+        ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+        monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "ca.pem"))
+        client = _client(url, max_retries=0)
+        assert client._native
+        assert client.complete("m", HELLO, []).message.content == "hi there"
+        assert len(server.bodies) == 1  # the untrusted attempt sent nothing
+
+
+def test_a_proxy_from_the_environment_is_used(
+    monkeypatch: pytest.MonkeyPatch, canned: type[_Canned]
+) -> None:
+    """With HTTP_PROXY set, requests go through the proxy as httpx sends them (the
+    endpoint's name is resolved by the proxy, never here)."""
+    with canned([NO_USAGE]) as proxy:
+        monkeypatch.setenv("HTTP_PROXY", proxy.url.removesuffix("/v1"))
+        monkeypatch.delenv("NO_PROXY", raising=False)
+        monkeypatch.delenv("no_proxy", raising=False)
+        client = _client("http://model.invalid/v1", max_retries=0)
+        assert not client._native
+        assert client.complete("m", HELLO, []).message.content == "hi there"
+        assert proxy.paths == ["http://model.invalid/v1/chat/completions"]
 
 
 def test_the_pool_never_closes_a_connection_it_gave_a_request(tmp_path: Path) -> None:
