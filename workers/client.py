@@ -90,6 +90,14 @@ class ModelClient:
         self._native_headers = {**self.http.headers, "content-type": "application/json"}
         for name in ("accept-encoding", "connection"):  # http.client's own: identity, keep-alive
             self._native_headers.pop(name, None)
+        for name, value in self._native_headers.items():
+            if any(c in value for c in "\r\n\0"):  # never sent: named, its value not shown
+                raise ProviderError(
+                    f"the {name} header of model requests holds a line break or NUL: check "
+                    "LLM_API_KEY (a key copied with its newline?)"
+                )
+        if self._native:  # as httpcore offers it on the connections it opens
+            self._ssl.set_alpn_protocols(["http/1.1"])
         self._local = threading.local()
         self._pools: list[httpx.Client | Connection] = []  # the threads' own, closed with this
         self._pools_lock = threading.Lock()
@@ -122,7 +130,7 @@ class ModelClient:
             url, timeout = self._url, self.http.timeout
             connection = Connection(
                 url.scheme,
-                url.host,
+                url.raw_host.decode("ascii"),  # IDNA-encoded as httpx connects
                 url.port or (443 if url.scheme == "https" else 80),
                 connect_s=timeout.connect or self.settings.connect_timeout_s,
                 read_s=timeout.read or self.settings.read_timeout_s,
@@ -299,6 +307,9 @@ class ModelClient:
                 f"cannot reach {url}: {exc or type(exc).__name__}; check LLM_BASE_URL and that "
                 "the server is up"
             ) from exc
+        except ValueError as exc:  # what http.client refuses to send (after SSL's errors)
+            url = f"{self.where}/{self.api.PATH}"
+            raise ProviderError(f"cannot send to {url}: {type(exc).__name__}") from None
 
     def _post_httpx(self, content: bytes) -> Answer:
         request = httpx.Request(

@@ -10,7 +10,7 @@ idle for `keepalive_s` (before the server does: a request sent on a connection t
 is closing fails without an answer) or when the server closed it meanwhile (the socket
 reads ready with no request out, as httpcore checks too).
 
-A request under `abortable.cuttable` can be cut from another thread: the cut shuts the
+A request can be cut from another thread (`abortable.Cut`): the cut shuts that request's
 socket down, the read returns at once, the connection is dropped, and the server sees the
 client go. httpx stays for every endpoint this does not serve (a proxy from the
 environment, credentials in the URL; workers/client.py decides).
@@ -75,14 +75,25 @@ class Connection:
         self, path: str, body: bytes, headers: Mapping[str, str], cut: abortable.Cut | None
     ) -> Answer:
         """POST `body` and read the whole reply. Raises what the socket or http.client
-        raise (OSError, TimeoutError, http.client.HTTPException); the connection is then
-        dropped, never reused."""
+        raise (OSError, TimeoutError, http.client.HTTPException, ValueError for a header
+        http.client refuses); the connection is then dropped, never reused."""
         conn = self._ready()
         if cut is not None:
-            cut.attach(self)
+            # This request's socket, held apart from the connection: http.client lets go of
+            # it once a reply says the connection will close, while the body is still read
+            # from it; and a late cut must never reach the socket of a later request.
+            cut.attach(_Socket(conn.sock))
         try:
-            conn.request("POST", path, body, headers)
-            response = conn.getresponse()
+            try:
+                conn.request("POST", path, body, headers)
+            except (BrokenPipeError, ConnectionResetError):
+                # The server answered before it read the whole body (a 413, a 401) and
+                # closed: its answer is the news, as httpcore reads it too; else the error.
+                response = _early_answer(conn)
+                if response is None:
+                    raise
+            else:
+                response = conn.getresponse()
             data = response.read()
         except BaseException:
             self.close()
@@ -92,15 +103,6 @@ class Connection:
         else:
             self._idle_since = time.monotonic()
         return Answer(response.status, response.msg, data)
-
-    def shut(self) -> None:
-        """Shut the socket down from another thread (not close: its reader still owns the
-        descriptor); the raw socket's shutdown, also under TLS."""
-        conn = self._conn
-        sock = conn.sock if conn is not None else None
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                socket.socket.shutdown(sock, socket.SHUT_RDWR)
 
     def close(self) -> None:
         conn, self._conn = self._conn, None
@@ -141,3 +143,25 @@ class Connection:
         conn.sock.settimeout(self.read_s)
         self._idle_since = time.monotonic()
         return conn
+
+
+class _Socket:
+    """One request's socket, for `abortable.Cut`: shut down (not closed: its reader still
+    owns it) from the cancelling thread; the raw socket's shutdown, also under TLS. Once
+    the socket is closed, shutting it down does nothing (Python forgets its descriptor)."""
+
+    def __init__(self, sock: socket.socket | None) -> None:
+        self.sock = sock
+
+    def shut(self) -> None:
+        if self.sock is not None:
+            with contextlib.suppress(OSError):
+                socket.socket.shutdown(self.sock, socket.SHUT_RDWR)
+
+
+def _early_answer(conn: http.client.HTTPConnection) -> http.client.HTTPResponse | None:
+    """The reply a server sent before a send to it failed, if it can still be read."""
+    try:
+        return conn.getresponse()
+    except (OSError, http.client.HTTPException):
+        return None

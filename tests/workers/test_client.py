@@ -3,8 +3,10 @@ the reply shapes real OpenAI-compatible servers send, recorded here as fixtures.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import socket
 import ssl
 import subprocess
 import sys
@@ -490,10 +492,97 @@ def test_an_https_endpoint_is_verified(
             untrusting.complete("m", HELLO, [])
         ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
         monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "ca.pem"))
+        other = canned([])  # trusted, but its certificate names another host
+        other_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        ca.issue_cert("other.test").configure_cert(other_context)
+        other.server.socket = other_context.wrap_socket(other.server.socket, server_side=True)
+        with other, pytest.raises(ProviderError, match="CERTIFICATE_VERIFY_FAILED"):
+            _client(other.url.replace("http://", "https://"), max_retries=0).complete(
+                "m", HELLO, []
+            )
         client = _client(url, max_retries=0)
         assert client._native
         assert client.complete("m", HELLO, []).message.content == "hi there"
         assert len(server.bodies) == 1  # the untrusted attempt sent nothing
+
+
+class _RawServer:
+    """One connection at a time on a real socket; `answer(conn)` writes what it likes."""
+
+    def __init__(self, answer: Any) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/v1"
+        self.answer = answer
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                conn, _ = self.sock.accept()
+                with conn:
+                    head = b""
+                    while b"\r\n\r\n" not in head:
+                        head += conn.recv(65536)
+                    self.answer(conn)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def test_a_cancel_cuts_a_reply_that_will_close_its_connection() -> None:
+    """A reply that says `Connection: close` (or an HTTP/1.0 one) is read from a socket
+    the connection has already let go of: a cancel after its headers still cuts it."""
+
+    def slow_body(conn: socket.socket) -> None:
+        body = json.dumps(NO_USAGE).encode()
+        conn.sendall(
+            b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\n"
+            + f"content-length: {len(body)}\r\n\r\n".encode()
+        )
+        time.sleep(6)
+        with contextlib.suppress(OSError):
+            conn.sendall(body)
+
+    server = _RawServer(slow_body)
+    try:
+        cancel = CancelToken()
+        cancel.cancel_after(0.3, "stop")
+        started = time.monotonic()
+        with pytest.raises(Cancelled):
+            _client(server.url).complete("m", HELLO, [], cancel=cancel)
+        assert time.monotonic() - started < 3  # not the 6 s the body took
+    finally:
+        server.close()
+
+
+def test_an_answer_sent_before_the_body_was_read_is_the_error() -> None:
+    """A server that answers a large request before reading it all (413, or 401 from a
+    gateway) and closes: its answer is the error, not a broken pipe to retry."""
+
+    def too_large(conn: socket.socket) -> None:
+        body = b'{"error": {"message": "request too large"}}'
+        conn.sendall(
+            b"HTTP/1.1 413 Payload Too Large\r\ncontent-type: application/json\r\n"
+            + f"content-length: {len(body)}\r\nconnection: close\r\n\r\n".encode()
+            + body
+        )
+        conn.shutdown(socket.SHUT_WR)
+        time.sleep(0.2)
+
+    server = _RawServer(too_large)
+    try:
+        big = [Message(role="user", content="x" * 8_000_000)]
+        with pytest.raises(ProviderError, match="HTTP 413: request too large") as caught:
+            _client(server.url).complete("m", big, [])
+        assert not caught.value.retryable
+    finally:
+        server.close()
+
+
+def test_a_key_with_a_line_break_is_refused_without_showing_it() -> None:
+    with pytest.raises(ProviderError, match="LLM_API_KEY") as caught:
+        _client(f"http://127.0.0.1:{free_port()}/v1", api_key="sk-secret\n")
+    assert "sk-secret" not in str(caught.value)
 
 
 def test_a_proxy_from_the_environment_is_used(
