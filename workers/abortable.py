@@ -21,7 +21,7 @@ import contextlib
 import socket
 import threading
 from collections.abc import Iterable, Iterator
-from typing import Any, Protocol
+from typing import Any
 
 import httpcore
 import httpx
@@ -31,10 +31,19 @@ from workers import pool_guard
 _current = threading.local()
 
 
-class Shuttable(Protocol):
-    """What a cut shuts down: a stream here, or a connection of workers/connection.py."""
+class Socket:
+    """A request's socket, as a cut shuts it down: not closed (its reader still owns it),
+    shut down, the plain socket's shutdown also under TLS (the SSL object stays with its
+    reading thread). Once the socket is closed this does nothing (Python forgets its
+    descriptor, so a number given to another file is never touched)."""
 
-    def shut(self) -> None: ...
+    def __init__(self, sock: socket.socket | None) -> None:
+        self.sock = sock
+
+    def shut(self) -> None:
+        if self.sock is not None:
+            with contextlib.suppress(OSError):
+                socket.socket.shutdown(self.sock, socket.SHUT_RDWR)
 
 
 class Cut:
@@ -42,31 +51,32 @@ class Cut:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._stream: Shuttable | None = None
+        self._socket: Socket | None = None
         self._cut = self._done = False
 
-    def attach(self, stream: Shuttable) -> None:
+    def attach(self, sock: Socket) -> None:
+        """The request now uses `sock` (shut at once if the cut came first)."""
         with self._lock:
             if self._done:
                 return
-            self._stream = stream
+            self._socket = sock
             cut = self._cut
         if cut:
-            stream.shut()
+            sock.shut()
 
     def cut(self) -> None:
         """Shut down the request's connection (if it still runs)."""
         with self._lock:
             if self._done or self._cut:
                 return
-            self._cut, stream = True, self._stream
-        if stream is not None:
-            stream.shut()
+            self._cut, sock = True, self._socket
+        if sock is not None:
+            sock.shut()
 
     def done(self) -> None:
         """The request ended: a later `cut` leaves its (pooled) connection alone."""
         with self._lock:
-            self._done, self._stream = True, None
+            self._done, self._socket = True, None
 
 
 @contextlib.contextmanager
@@ -98,7 +108,7 @@ class _Stream(httpcore.NetworkStream):
     def _attach(self) -> None:
         cut: Cut | None = getattr(_current, "cut", None)
         if cut is not None:
-            cut.attach(self)
+            cut.attach(Socket(self._inner.get_extra_info("socket")))
 
     def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
         self._attach()
@@ -118,15 +128,6 @@ class _Stream(httpcore.NetworkStream):
 
     def get_extra_info(self, info: str) -> Any:
         return self._inner.get_extra_info(info)
-
-    def shut(self) -> None:
-        """Shut the socket down (not close: its reader still owns the descriptor). The plain
-        socket's shutdown, also under TLS: the SSL object stays with its reading thread."""
-        sock = self._inner.get_extra_info("socket")
-        if sock is None:
-            return
-        with contextlib.suppress(OSError):
-            socket.socket.shutdown(sock, socket.SHUT_RDWR)
 
 
 class _Backend(httpcore.NetworkBackend):

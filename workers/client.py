@@ -99,8 +99,9 @@ class ModelClient:
         if self._native:  # as httpcore offers it on the connections it opens
             self._ssl.set_alpn_protocols(["http/1.1"])
         self._local = threading.local()
-        self._pools: list[httpx.Client | Connection] = []  # the threads' own, closed with this
-        self._pools_lock = threading.Lock()
+        # Each thread's own connection (or httpx client), closed with this one.
+        self._per_thread: list[httpx.Client | Connection] = []
+        self._per_thread_lock = threading.Lock()
         # The threads' pools are made as this one is: if it can be cut, so can they.
         self.cuttable = self._native or (not self._shared and abortable.install(self.http))
 
@@ -138,8 +139,8 @@ class ModelClient:
                 context=self._ssl,
             )
             self._local.connection = connection
-            with self._pools_lock:
-                self._pools.append(connection)
+            with self._per_thread_lock:
+                self._per_thread.append(connection)
         return connection
 
     def _transport(self) -> httpx.BaseTransport:
@@ -160,16 +161,16 @@ class ModelClient:
             client = self._new_http()
             abortable.install(client)
             pool_guard.guard(client)
-            with self._pools_lock:
-                self._pools.append(client)
+            with self._per_thread_lock:
+                self._per_thread.append(client)
         transport = client._transport_for_url(self._url)  # private; httpx is pinned
         self._local.transport = transport
         return transport
 
     def close(self) -> None:
         """Close the connection pools (the threads' own too)."""
-        with self._pools_lock:
-            pools, self._pools = self._pools, []
+        with self._per_thread_lock:
+            pools, self._per_thread = self._per_thread, []
         for client in pools:
             client.close()
         self.http.close()
@@ -261,6 +262,11 @@ class ModelClient:
         url = httpx.URL(self.settings.base_url or "")
         return str(url.copy_with(username=None, password=None, query=None)).rstrip("/")
 
+    @functools.cached_property
+    def endpoint(self) -> str:
+        """Where requests go, without credentials, for messages."""
+        return f"{self.where}/{self.api.PATH}"
+
     def _post_until(self, body: dict[str, Any], cancel: CancelToken) -> Answer:
         """`_post` that a cancel ends at once: the cancel cuts the request's connection
         (workers/abortable.py), so its read returns and the request raises `Cancelled`.
@@ -296,20 +302,17 @@ class ModelClient:
                 )
             return self._post_httpx(content.encode("utf-8"))
         except (TimeoutError, httpx.TimeoutException) as exc:
-            url = f"{self.where}/{self.api.PATH}"
             raise ProviderError(
-                f"no answer from {url} in time ({type(exc).__name__}); a slow model may need a "
-                f"longer LLM_READ_TIMEOUT_S (now {self.settings.read_timeout_s:g} s)"
+                f"no answer from {self.endpoint} in time ({type(exc).__name__}); a slow model "
+                f"may need a longer LLM_READ_TIMEOUT_S (now {self.settings.read_timeout_s:g} s)"
             ) from exc
         except (OSError, http.client.HTTPException, httpx.HTTPError) as exc:
-            url = f"{self.where}/{self.api.PATH}"
             raise ProviderError(
-                f"cannot reach {url}: {exc or type(exc).__name__}; check LLM_BASE_URL and that "
-                "the server is up"
+                f"cannot reach {self.endpoint}: {exc or type(exc).__name__}; check LLM_BASE_URL "
+                "and that the server is up"
             ) from exc
         except ValueError as exc:  # what http.client refuses to send (after SSL's errors)
-            url = f"{self.where}/{self.api.PATH}"
-            raise ProviderError(f"cannot send to {url}: {type(exc).__name__}") from None
+            raise ProviderError(f"cannot send to {self.endpoint}: {type(exc).__name__}") from None
 
     def _post_httpx(self, content: bytes) -> Answer:
         request = httpx.Request(

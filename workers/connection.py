@@ -18,12 +18,10 @@ environment, credentials in the URL; workers/client.py decides).
 
 from __future__ import annotations
 
-import contextlib
 import http.client
 import json
 import os
 import select
-import socket
 import ssl
 import time
 from collections.abc import Mapping
@@ -82,7 +80,7 @@ class Connection:
             # This request's socket, held apart from the connection: http.client lets go of
             # it once a reply says the connection will close, while the body is still read
             # from it; and a late cut must never reach the socket of a later request.
-            cut.attach(_Socket(conn.sock))
+            cut.attach(abortable.Socket(conn.sock))
         try:
             try:
                 conn.request("POST", path, body, headers)
@@ -143,20 +141,6 @@ class Connection:
         conn.sock.settimeout(self.read_s)
         self._idle_since = time.monotonic()
         return conn
-
-
-class _Socket:
-    """One request's socket, for `abortable.Cut`: shut down (not closed: its reader still
-    owns it) from the cancelling thread; the raw socket's shutdown, also under TLS. Once
-    the socket is closed, shutting it down does nothing (Python forgets its descriptor)."""
-
-    def __init__(self, sock: socket.socket | None) -> None:
-        self.sock = sock
-
-    def shut(self) -> None:
-        if self.sock is not None:
-            with contextlib.suppress(OSError):
-                socket.socket.shutdown(self.sock, socket.SHUT_RDWR)
 
 
 def _early_answer(conn: http.client.HTTPConnection) -> http.client.HTTPResponse | None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import socket
 import ssl
 import subprocess
@@ -390,7 +391,7 @@ def test_each_thread_sends_on_a_connection_of_its_own(tmp_path: Path) -> None:
         assert all(len(used) == 1 for used in ports.values())  # kept alive: one each
         assert len(set.union(*ports.values())) == 3  # and not shared
         assert _requests(url) == 9
-        connections = list(client._pools)
+        connections = list(client._per_thread)
         client.close()
         assert len(connections) == 3 and all(c._conn is None for c in connections)
 
@@ -440,39 +441,59 @@ def test_a_forked_process_connects_on_its_own(tmp_path: Path) -> None:
         assert _local_port(client) == parent
 
 
-class _OneRequestEach(BaseHTTPRequestHandler):
-    """Answers one request a connection, then closes it without saying so (no
-    `Connection: close`), as a server whose idle timeout is shorter than ours does."""
+class _RawServer:
+    """One connection at a time on a real socket: `answer(conn, head)` is given what came
+    up to the end of the request's headers (and any of its body with them), writes what it
+    likes, and the connection is closed when it returns."""
 
-    protocol_version = "HTTP/1.1"
+    def __init__(self, answer: Any) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/v1"
+        self.answer = answer
+        threading.Thread(target=self._serve, daemon=True).start()
 
-    def do_POST(self) -> None:
-        self.rfile.read(int(self.headers.get("content-length") or 0))
-        data = json.dumps(NO_USAGE).encode()
-        self.send_response(200)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-        self.close_connection = True
+    def _serve(self) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                conn, _ = self.sock.accept()
+                with conn:
+                    head = b""
+                    while b"\r\n\r\n" not in head:
+                        head += conn.recv(65536)
+                    self.answer(conn, head)
 
-    def log_message(self, *_args: Any) -> None:
-        pass
+    def close(self) -> None:
+        self.sock.close()
 
 
 def test_a_connection_the_server_closed_is_not_reused() -> None:
     """The server closed the idle connection: the next request sees it (the socket reads
     ready with no request out) and connects again, with no retry spent (none allowed)."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _OneRequestEach)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+
+    def once_then_close(conn: socket.socket, head: bytes) -> None:
+        # One request a connection, then closed without saying so (no `Connection: close`),
+        # as a server whose idle timeout is shorter than ours does.
+        headers, _, body = head.partition(b"\r\n\r\n")
+        found = re.search(rb"(?i)content-length: *(\d+)", headers)
+        assert found is not None
+        length = int(found.group(1))
+        while len(body) < length:
+            body += conn.recv(65536)
+        data = json.dumps(NO_USAGE).encode()
+        conn.sendall(
+            b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+            + f"content-length: {len(data)}\r\n\r\n".encode()
+            + data
+        )
+
+    server = _RawServer(once_then_close)
     try:
-        client = _client(f"http://127.0.0.1:{server.server_address[1]}/v1", max_retries=0)
+        client = _client(server.url, max_retries=0)
         for _ in range(3):
             assert client.complete("m", HELLO, []).message.content == "hi there"
             time.sleep(0.1)  # the server's close arrives
     finally:
-        server.shutdown()
-        server.server_close()
+        server.close()
 
 
 def test_an_https_endpoint_is_verified(
@@ -506,34 +527,11 @@ def test_an_https_endpoint_is_verified(
         assert len(server.bodies) == 1  # the untrusted attempt sent nothing
 
 
-class _RawServer:
-    """One connection at a time on a real socket; `answer(conn)` writes what it likes."""
-
-    def __init__(self, answer: Any) -> None:
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/v1"
-        self.answer = answer
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self) -> None:
-        with contextlib.suppress(OSError):
-            while True:
-                conn, _ = self.sock.accept()
-                with conn:
-                    head = b""
-                    while b"\r\n\r\n" not in head:
-                        head += conn.recv(65536)
-                    self.answer(conn)
-
-    def close(self) -> None:
-        self.sock.close()
-
-
 def test_a_cancel_cuts_a_reply_that_will_close_its_connection() -> None:
     """A reply that says `Connection: close` (or an HTTP/1.0 one) is read from a socket
     the connection has already let go of: a cancel after its headers still cuts it."""
 
-    def slow_body(conn: socket.socket) -> None:
+    def slow_body(conn: socket.socket, _head: bytes) -> None:
         body = json.dumps(NO_USAGE).encode()
         conn.sendall(
             b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\n"
@@ -559,7 +557,7 @@ def test_an_answer_sent_before_the_body_was_read_is_the_error() -> None:
     """A server that answers a large request before reading it all (413, or 401 from a
     gateway) and closes: its answer is the error, not a broken pipe to retry."""
 
-    def too_large(conn: socket.socket) -> None:
+    def too_large(conn: socket.socket, _head: bytes) -> None:
         body = b'{"error": {"message": "request too large"}}'
         conn.sendall(
             b"HTTP/1.1 413 Payload Too Large\r\ncontent-type: application/json\r\n"
