@@ -76,7 +76,8 @@ class ModelClient:
         # cookies, event hooks, merging URL and headers) cost as much CPU again as the request
         # (0.69 against 0.36 ms a request, BENCHMARKS.md #21), for nothing this client uses.
         # A client passed in keeps its headers and timeout; its auth or hooks would not run.
-        self._url = httpx.URL(self.http.base_url.join(self.api.PATH))
+        base = self.http.base_url if http else httpx.URL(settings.base_url)
+        self._url = under(base, self.api.PATH)  # a query in LLM_BASE_URL kept (Azure's)
         self._headers = httpx.Headers({**self.http.headers, "content-type": "application/json"})
         self._extensions = {"timeout": self.http.timeout.as_dict()}
         # A client passed in (tests) is shared by every thread as it is, and waited on from a
@@ -109,7 +110,7 @@ class ModelClient:
         """An httpx client for the endpoint with this client's settings (no connection yet)."""
         settings = self.settings
         return httpx.Client(
-            base_url=(settings.base_url or "").rstrip("/") + "/",
+            base_url=under(httpx.URL(settings.base_url or ""), "").copy_with(query=None),
             headers=self.api.headers(settings.api_key),
             timeout=httpx.Timeout(settings.read_timeout_s, connect=settings.connect_timeout_s),
             verify=self._ssl,
@@ -324,6 +325,14 @@ class ModelClient:
         finally:
             response.close()
         return Answer(response.status_code, response.headers, response.content)
+
+
+def under(base: httpx.URL, path: str) -> httpx.URL:
+    """`path` (`chat/completions`) under the base URL's path, its query kept: Azure OpenAI's
+    `https://h/openai/deployments/d?api-version=V` asks `.../d/chat/completions?api-version=V`
+    (httpx's `join` would drop the last segment and the query, and its client's base URL would
+    end the query with its trailing slash)."""
+    return base.copy_with(path=base.path.rstrip("/") + "/" + path)
 
 
 def _direct(client: httpx.Client, url: httpx.URL) -> bool:

@@ -5,6 +5,8 @@ paying for a model call."""
 
 from __future__ import annotations
 
+import re
+
 from orchestrator.config import layers
 from orchestrator.config.environment import GraphSettings
 from orchestrator.run.records import RunConfig, WorkerSpec
@@ -76,9 +78,17 @@ def _budget(config: RunConfig, llm: HarnessSettings) -> str:
     return f"{spend}; endpoint caps: {', '.join(caps) or 'none'}"
 
 
+def masked(url: str) -> str:
+    """`url` with the password of its credentials, if any, shown as `**` (as the broker's)."""
+    return _PASSWORD.sub(r"\g<user>**@", url, count=1)
+
+
+_PASSWORD = re.compile(r"(?P<user>^[a-z]+://[^/@:]*:)[^/@]*@")
+
+
 def _endpoint(workspace: Workspace, llm: HarnessSettings) -> str:
     if llm.base_url:
-        return f"{llm.base_url} ({llm.api} API)"
+        return f"{masked(llm.base_url)} ({llm.api} API)"
     if workspace.scenarios.exists():
         return f"none set: `run` serves the scripted replies of {workspace.scenarios.name}"
     return "none set: `run` needs LLM_BASE_URL (this workspace has no scripted replies)"

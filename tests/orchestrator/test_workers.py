@@ -312,6 +312,16 @@ def test_init_minimal_then_check_passes_and_shows_each_category(cli: Cli, tmp_pa
     assert nothing == []  # checked, not run
 
 
+def test_check_shows_the_model_endpoint_without_its_password(demo: Path, cli: Cli) -> None:
+    url = "https://team:s3cret@llm.example/openai/deployments/d?api-version=2024-06-01"
+    checked = cli("check", cwd=demo, env={"LLM_BASE_URL": url})
+    assert checked.returncode == 0, checked.stderr
+    assert "https://team:**@llm.example/openai/deployments/d?api-version=2024-06-01" in (
+        checked.stdout
+    )
+    assert "s3cret" not in checked.stdout + checked.stderr
+
+
 def test_check_names_the_first_problem(demo: Path, cli: Cli) -> None:
     (demo / "prompts" / "bug.md").write_text("")
     done = cli("check", cwd=demo)

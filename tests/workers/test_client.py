@@ -496,6 +496,46 @@ def test_a_connection_the_server_closed_is_not_reused() -> None:
         server.close()
 
 
+def _answer_and_keep(seen: list[bytes]) -> Any:
+    """A `_RawServer` answer that keeps each request's head and replies 200 (`NO_USAGE`)."""
+
+    def answer(conn: socket.socket, head: bytes) -> None:
+        seen.append(head)
+        headers, _, body = head.partition(b"\r\n\r\n")
+        found = re.search(rb"(?i)content-length: *(\d+)", headers)
+        while found is not None and len(body) < int(found.group(1)):
+            body += conn.recv(65536)
+        data = json.dumps(NO_USAGE).encode()
+        conn.sendall(
+            b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\n"
+            + f"content-length: {len(data)}\r\n\r\n".encode()
+            + data
+        )
+
+    return answer
+
+
+@pytest.mark.parametrize("slash", ["", "/"])
+@pytest.mark.parametrize("credentials", ["", "user:secret@"], ids=["http.client", "httpx"])
+def test_a_base_url_with_a_query_keeps_its_path_and_query(slash: str, credentials: str) -> None:
+    """Azure OpenAI's base URL ends in a query (`.../deployments/D?api-version=V`): the
+    request goes to `.../deployments/D/chat/completions?api-version=V`, on either path
+    (credentials in the URL send it through httpx)."""
+    seen: list[bytes] = []
+    server = _RawServer(_answer_and_keep(seen))
+    try:
+        base = server.url.replace("//", f"//{credentials}", 1)
+        base = base.replace("/v1", "/openai/deployments/d")
+        client = _client(f"{base}{slash}?api-version=2024-06-01", max_retries=0)
+        assert client.complete("m", HELLO, []).message.content == "hi there"
+    finally:
+        server.close()
+    line = seen[0].split(b"\r\n", 1)[0]
+    assert line == b"POST /openai/deployments/d/chat/completions?api-version=2024-06-01 HTTP/1.1"
+    assert client.endpoint.endswith("/openai/deployments/d/chat/completions")
+    assert "secret" not in client.endpoint
+
+
 def test_an_https_endpoint_is_verified(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, canned: type[_Canned]
 ) -> None:
