@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import os
 import secrets
 from collections.abc import Iterable
@@ -55,6 +56,80 @@ def write_many(items: Iterable[tuple[str | os.PathLike[str], str | bytes]]) -> N
         for tmp, _target in temps:
             _unlink(tmp)
         raise
+
+
+def link_many(items: Iterable[tuple[str | os.PathLike[str], str | os.PathLike[str]]]) -> None:
+    """Make each file `source`, already on disk (written durably), appear at `target` too.
+
+    Each is hard-linked at `target`, or, if another file is there, under a temp name beside
+    it and renamed over it, so a reader of `target` sees the old file or the new one, whole;
+    then one fsync of each target folder puts the new names on disk. No data is written:
+    the sources' contents were flushed when they were written. A target that is its source
+    already is left as it is. Where a link cannot be made (`target` on another filesystem,
+    or one without hard links) the file is copied instead, as `write_many` writes. On an
+    error, a target that was new before it stays (whole), and no file is replaced. The two
+    names are one file until either is replaced: write `target` again with `write_text` (a
+    new file, as every write here makes), never in place.
+    """
+    published: list[str] = []
+    temps: list[tuple[str, str]] = []
+    copies: list[tuple[str, str]] = []
+    try:
+        for source, target in items:
+            path = os.fspath(target)
+            try:
+                tmp = _link(os.fspath(source), path)
+            except _NoLink:
+                copies.append((os.fspath(source), path))
+                continue
+            published.append(path)
+            if tmp is not None:
+                temps.append((tmp, path))
+        for tmp, path in temps:
+            os.replace(tmp, path)
+    except BaseException:
+        for tmp, _target in temps:
+            _unlink(tmp)
+        raise
+    for folder in dict.fromkeys(os.path.dirname(path) or "." for path in published):
+        _fsync_path(folder)
+    if copies:
+        write_many((target, read_bytes(source)) for source, target in copies)
+
+
+class _NoLink(Exception):
+    """No hard link can be made there: the caller copies."""
+
+
+# What `link` answers where a hard link cannot be made but a copy can: another filesystem,
+# a filesystem without hard links, a source with as many links as it may have.
+_NO_LINK = {errno.EXDEV, errno.EPERM, errno.EOPNOTSUPP, errno.EMLINK}
+
+
+def _link(source: str, target: str) -> str | None:
+    """A hard link to `source` at `target` if nothing is there, or if `target` is that file
+    already (None); else under a new temp name beside `target`, returned for the caller to
+    rename over it. `_NoLink` where no link can be made."""
+    folder, name = os.path.split(target)
+    made = False
+    tmp = target
+    while True:
+        try:
+            os.link(source, tmp)
+            return None if tmp == target else tmp
+        except FileExistsError:
+            if tmp == target and os.path.samefile(source, target):
+                return None  # published before (merge run again on resume)
+            tmp = os.path.join(folder, f".{name}.{secrets.token_hex(4)}.tmp")
+        except FileNotFoundError:
+            if made or os.path.isdir(folder or "."):
+                raise  # the source is gone
+            os.makedirs(folder or ".", exist_ok=True)
+            made = True
+        except OSError as exc:
+            if exc.errno in _NO_LINK:
+                raise _NoLink from exc
+            raise
 
 
 def _write_temp(target: str, text: Content, fsync: bool) -> str:

@@ -40,5 +40,12 @@ class Fence:
         with self.held():
             atomic.write_many(items)
 
+    def link_many(
+        self, items: Iterable[tuple[str | os.PathLike[str], str | os.PathLike[str]]]
+    ) -> None:
+        """`atomic.link_many`, while held."""
+        with self.held():
+            atomic.link_many(items)
+
 
 UNFENCED = Fence()

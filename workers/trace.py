@@ -1,13 +1,16 @@
 """The JSONL trace: one JSON object per line, each with `ts` and `run_id`.
 
 Lines are appended with one `write` on an `O_APPEND` descriptor, so several threads or
-processes can share one trace file without interleaving or losing lines.
+processes can share one trace file without interleaving or losing lines (a batch of lines,
+whole lines at a time).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -30,6 +33,7 @@ class Tracer:
         # A plain string: a tracer is made for each ticket's task, and every line opens it.
         self.path = os.fspath(path) if path else None
         self.fields: dict[str, Any] = {"run_id": run_id, **fields}
+        self._held: list[str] | None = None  # lines a `batched` block appends at its end
 
     def bind(self, **fields: Any) -> Tracer:
         """A tracer for the same file with more fixed fields."""
@@ -40,15 +44,42 @@ class Tracer:
         if self.path is None:
             return
         line = json.dumps({"ts": now_iso(), **self.fields, "event": event, **data}, default=str)
+        if self._held is not None:
+            self._held.append(line + "\n")
+        else:
+            self._append(line + "\n")
+
+    @contextlib.contextmanager
+    def batched(self) -> Iterator[Tracer]:
+        """A tracer like this one whose lines are appended together when the block ends
+        (raised or not), each with the time it was emitted: a whole-run step that traces a
+        line per ticket opens the file once, not once a ticket (1,000 opens in a row were
+        a third of merge's time at N = 1,000)."""
+        held = Tracer(self.path, **self.fields)
+        held._held = []
+        try:
+            yield held
+        finally:
+            for start in range(0, len(held._held), _LINES_A_WRITE):
+                self._append("".join(held._held[start : start + _LINES_A_WRITE]))
+
+    def _append(self, text: str) -> None:
+        """`text` (whole lines) at the end of the file, in one write."""
+        assert self.path is not None
         try:
             fd = os.open(self.path, _APPEND, 0o644)
         except FileNotFoundError:  # the first line of a run: its folder is made here
             os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
             fd = os.open(self.path, _APPEND, 0o644)
         try:
-            os.write(fd, (line + "\n").encode("utf-8"))
+            data = text.encode("utf-8")
+            while data:  # a regular file takes it whole; a short write goes on after it
+                data = data[os.write(fd, data) :]
         finally:
             os.close(fd)
+
+
+_LINES_A_WRITE = 512  # lines of a batch in one write: another writer's line waits no longer
 
 
 def read(path: str | Path) -> list[dict[str, Any]]:

@@ -90,6 +90,10 @@ class RunStore:
         """Write many files with one flush, through the fence."""
         self.fence.write_many(items)
 
+    def link_many(self, items: Iterable[tuple[Path, Path]]) -> None:
+        """Put durable files (source, target) at their targets too, through the fence."""
+        self.fence.link_many(items)
+
     @property
     def run_id(self) -> str:
         """The run id is the folder's name."""

@@ -1,9 +1,8 @@
-"""merge: every draft published to out/<id>.txt in one flush, with references and one-line
-summaries (published.json); a plain function, no model."""
+"""merge: every draft published to out/<id>.txt (a second name of its file in the run
+folder), with references and one-line summaries (published.json); a plain function, no model."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 from orchestrator.run import ending, ids
@@ -25,30 +24,36 @@ def merge(ctx: Context) -> list[str]:
 
 
 def _publish(ctx: Context, drafted: list[str]) -> None:
-    """Copy drafts to out/ in one flush, and list what was published.
+    """Publish each draft to out/, and list what was published.
+
+    The drafts are on disk already (drafting wrote each durably): out/<id>.txt is made a
+    hard link of drafts/<id>.txt, renamed into place, and out/ flushed once, so publishing
+    writes no data and flushes no other file (a copy and a flush of the whole filesystem
+    were most of merge's time; a copy is still made where out/ is on another filesystem).
+    Review replaces an out/ file it rewrites, and the draft stays as it was.
 
     Ticket records are not rewritten here (that would be N more writes in the one step no
     other can overlap): published.json says which tickets have an out/ file and their
-    summaries, and review writes both into each ticket's record when it takes it. Each
-    draft is read as its file is written, not all of them first.
+    summaries, and review writes both into each ticket's record when it takes it.
     """
-    trace = ctx.tracer()
     ctx.open_node()
     workspace = Path(ctx.meta.workspace)
     summaries: dict[str, str] = {}
-
-    def writes() -> Iterator[tuple[Path, str]]:
-        for ticket_id in drafted:
-            draft_file = ctx.store.draft_path(ticket_id)
-            if not draft_file.exists():
-                continue
+    links: list[tuple[Path, Path]] = []
+    sizes: dict[str, int] = {}
+    for ticket_id in drafted:
+        draft_file = ctx.store.draft_path(ticket_id)
+        try:
             text = draft_file.read_text(encoding="utf-8")
-            summaries[ticket_id] = report.one_line(text)
-            yield ids.out_file(workspace, ticket_id), text
-            chars = len(text.strip())
+        except FileNotFoundError:
+            continue
+        summaries[ticket_id] = report.one_line(text)
+        sizes[ticket_id] = len(text.strip())
+        links.append((draft_file, ids.out_file(workspace, ticket_id)))
+    ctx.store.link_many(links)
+    with ctx.tracer().batched() as trace:
+        for ticket_id, chars in sizes.items():
             trace.emit("collected", ticket=ticket_id, file=f"out/{ticket_id}.txt", chars=chars)
-
-    ctx.store.write_many(writes())
     ctx.store.save_published(summaries)
     ctx.close_node()
     ctx.store.materialise()

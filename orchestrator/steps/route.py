@@ -37,7 +37,8 @@ def route(ctx: Context) -> list[str]:
             else "fix it, then resume with --retry-failed all"
         )
         raise RouteFailed(f"the router did not answer: {result.error} ({again})")
-    decisions = _decide(result.text or "", ids, ids, categories, trace)
+    with trace.batched() as lines:  # a line per ticket: appended together
+        decisions = _decide(result.text or "", ids, ids, categories, lines)
     usage = result.usage
     if missing := [i for i, d in decisions.items() if d.how == "missing"]:
         second = _ask(ctx, missing, "route-again", trace)
@@ -49,7 +50,8 @@ def route(ctx: Context) -> list[str]:
                 f"the router did not answer again: {second.error} (resume retries it)"
             )
         if second.ok:
-            found = _decide(second.text or "", ids, missing, categories, trace)
+            with trace.batched() as lines:
+                found = _decide(second.text or "", ids, missing, categories, lines)
             decisions |= {i: d for i, d in found.items() if d.how != "missing"}
     routes = {
         i: Routed(category=d.category, routing=d.how, routed_as=d.raw)
@@ -60,13 +62,14 @@ def route(ctx: Context) -> list[str]:
     unrouted = [i for i in ids if i in decisions and i not in routes]
     error = _unrouted_error(ctx.meta.config.scripted)
     ctx.store.save_tickets(_unrouted(ctx, unrouted, error))
-    for ticket_id in ids:
-        if (routed := routes.get(ticket_id)) is not None:
-            trace.emit("routed", ticket=ticket_id, category=routed.category)
-        elif ticket_id in decisions:
-            trace.emit(UNROUTED, ticket=ticket_id, error=error)
-            status = TicketStatus.NEEDS_HUMAN.value
-            trace.emit("verdict", ticket=ticket_id, stop=UNROUTED, status=status)
+    with trace.batched() as lines:
+        for ticket_id in ids:
+            if (routed := routes.get(ticket_id)) is not None:
+                lines.emit("routed", ticket=ticket_id, category=routed.category)
+            elif ticket_id in decisions:
+                lines.emit(UNROUTED, ticket=ticket_id, error=error)
+                status = TicketStatus.NEEDS_HUMAN.value
+                lines.emit("verdict", ticket=ticket_id, stop=UNROUTED, status=status)
     ctx.close_node(usage)
     if ctx.meta.config.stop_after == "route":
         ending.stop_early(ctx.store)

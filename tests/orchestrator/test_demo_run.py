@@ -83,6 +83,12 @@ def test_stop_after_merge_then_resume_pays_only_for_review(demo: Path, cli: Cli)
         record = state(demo)
         assert {t["status"] for t in record["tickets"].values()} == {"drafted"}
         assert "review" not in record["nodes"]
+        drafts = demo / "runs" / record["run_id"] / "drafts"
+        replies = sorted(p.name for p in (demo / "out").iterdir())
+        assert replies == sorted(p.name for p in drafts.iterdir()) and len(replies) == 6
+        for name in replies:  # merge published each draft as a second name of its file
+            assert os.path.samefile(demo / "out" / name, drafts / name)
+        firsts = {name: (drafts / name).read_text() for name in replies}
         stats = httpx.get(url.replace("/v1", "/stats")).json()
         assert stats["requests"] == 9  # the router once, eight drafting turns
         httpx.post(url.replace("/v1", "/stats/reset"))
@@ -95,6 +101,9 @@ def test_stop_after_merge_then_resume_pays_only_for_review(demo: Path, cli: Cli)
     assert final["run_id"] == record["run_id"]
     assert ticket_rows(final) == REFERENCE_TICKETS
     assert node_numbers(final) == REFERENCE_NODES
+    # Review's rewrites replaced their out/ files; the run's first drafts are as they were.
+    assert {name: (drafts / name).read_text() for name in firsts} == firsts
+    assert (demo / "out" / "T-1005.txt").read_text() != firsts["T-1005.txt"]
 
 
 def test_pool_size_bounds_requests_in_flight(tmp_path: Path, cli: Cli) -> None:

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
+import tempfile
+import threading
 from pathlib import Path
 
 import pytest
 
-from workers import tokens
+from workers import atomic, tokens
 from workers.errors import TokenizerError
 from workers.pricing import Price, PriceTable, cost
 from workers.state import Message, RunState, ToolCall, new_run, pending
@@ -80,3 +84,91 @@ def test_a_trace_makes_its_folder_on_its_first_line_and_keeps_every_line(
         events = read(path)
         assert [e["line"] for e in events] == [0, 1, 2]
         assert {e["run_id"] for e in events} == {f"run-{i}"}
+
+
+def test_link_many_publishes_each_file_as_a_second_name_of_it(tmp_path: Path) -> None:
+    """Each target becomes the source's file (one inode, its bytes), replacing what was
+    there; a missing target folder is made; no temp name is left; writing the target again
+    leaves the source as it was."""
+    sources = tmp_path / "drafts"
+    sources.mkdir()
+    out = tmp_path / "out"
+    pairs = []
+    for i in range(3):
+        (sources / f"T-{i}.txt").write_text(f"draft {i}\n")
+        pairs.append((sources / f"T-{i}.txt", out / f"T-{i}.txt"))
+    atomic.link_many(pairs[:1])  # out/ made by the first
+    (out / "T-1.txt").write_text("an older reply\n")
+    atomic.link_many(pairs)
+    for source, target in pairs:
+        assert target.read_text() == source.read_text()
+        assert os.path.samefile(source, target)
+    assert sorted(p.name for p in out.iterdir()) == ["T-0.txt", "T-1.txt", "T-2.txt"]
+    atomic.write_text(out / "T-1.txt", "rewritten\n")
+    assert (sources / "T-1.txt").read_text() == "draft 1\n"
+
+
+def test_link_many_copies_what_it_cannot_link(tmp_path: Path) -> None:
+    """A source on another filesystem (tmpfs here, the target's on the test's disk) cannot be
+    linked: it is copied, beside the ones that are linked."""
+    here = tmp_path / "here.txt"
+    here.write_text("linked\n")
+    with tempfile.TemporaryDirectory(dir="/dev/shm") as shm:
+        there = Path(shm) / "there.txt"
+        there.write_text("copied\n")
+        assert os.stat(shm).st_dev != os.stat(tmp_path).st_dev
+        out = tmp_path / "out"
+        atomic.link_many([(here, out / "a.txt"), (there, out / "b.txt")])
+        assert os.path.samefile(here, out / "a.txt")
+        assert (out / "b.txt").read_text() == "copied\n"
+        assert not os.path.samefile(there, out / "b.txt")
+    assert sorted(p.name for p in out.iterdir()) == ["a.txt", "b.txt"]
+
+
+def test_link_many_stops_at_a_missing_source_and_leaves_no_temp_name(tmp_path: Path) -> None:
+    """A source that is gone is an error: what came before it is published whole, nothing
+    after it, and no temp name is left (the one replacing an older reply included)."""
+    for name in ("a", "c"):
+        (tmp_path / f"{name}.txt").write_text(f"{name}\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "c.txt").write_text("older\n")
+    pairs = [(tmp_path / "a.txt", out / "a.txt"), (tmp_path / "c.txt", out / "c.txt")]
+    with pytest.raises(FileNotFoundError):
+        atomic.link_many([*pairs, (tmp_path / "gone", out / "b.txt")])
+    assert sorted(p.name for p in out.iterdir()) == ["a.txt", "c.txt"]
+    assert (out / "a.txt").read_text() == "a\n" and (out / "c.txt").read_text() == "older\n"
+
+
+def test_a_batched_trace_appends_its_lines_at_the_end_whole_among_other_writers(
+    tmp_path: Path,
+) -> None:
+    """A batch's lines reach the file when its block ends (also when the block raises), in
+    the order they were emitted, each with the time it was emitted; threads appending single
+    lines meanwhile never split one of them."""
+    path = tmp_path / "run.jsonl"
+    trace = Tracer(path, "run-1", node="merge")
+    stop = threading.Event()
+
+    def others() -> None:
+        while not stop.is_set():
+            Tracer(path, "run-1", node="review").emit("gate")
+
+    threads = [threading.Thread(target=others) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    try:
+        with pytest.raises(RuntimeError), trace.batched() as lines:
+            for i in range(2000):
+                lines.emit("collected", ticket=f"T-{i}", pad="x" * 100)
+            assert not [e for e in read(path) if e["node"] == "merge"]  # held until the end
+            raise RuntimeError("the step failed after tracing")
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+    events = [json.loads(line) for line in path.read_text().splitlines()]  # every line whole
+    batch = [e for e in events if e["node"] == "merge"]
+    assert [e["ticket"] for e in batch] == [f"T-{i}" for i in range(2000)]
+    assert [e["ts"] for e in batch] == sorted(e["ts"] for e in batch)
+    assert {e["run_id"] for e in events} == {"run-1"}
