@@ -86,12 +86,21 @@ def owner(run_id: str, attempt: str, name: str, ticket_id: str) -> str:
 
 
 def client(broker_url: str) -> redis.Redis:
-    """One redis-py client per broker URL per process (made after a fork, never shared)."""
+    """One redis-py client per broker URL per process (made after a fork, never shared).
+
+    Its pool has no cap of its own: each call takes a connection and gives it back, so a
+    process holds at most one a thread. redis-py 8 caps a pool at 100 by default and fails
+    the 101st call at once ("Too many connections"): at pool 512 a worker process has 256
+    threads, and a hand-on that met the cap waited out the broker-outage retry."""
     key = (os.getpid(), broker_url)
     with _lock:
         if key not in _clients:
-            _clients[key] = redis.Redis.from_url(redis_py_url(broker_url))
+            url = redis_py_url(broker_url)
+            _clients[key] = redis.Redis.from_url(url, max_connections=NO_CAP)
         return _clients[key]
+
+
+NO_CAP = 2**31  # connections a process's pool may open: as many as its threads ask for
 
 
 def redis_py_url(broker_url: str) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import multiprocessing
 import random
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -170,3 +171,27 @@ def test_a_restarted_broker_without_its_data_is_noticed_not_fired(r: redis.Redis
     fanout.start(r, PHASE, ["T-0", "T-1"], 2)
     r.flushall()
     assert fanout.advance(r, PHASE, "T-0") == fanout.Handoff(None, False, lost=True)
+
+
+def test_a_process_client_serves_as_many_threads_as_call_at_once(server: RedisServer) -> None:
+    """150 threads each in a blocking call at the same moment (a worker process at pool 512
+    has 256): every one gets a connection of the process's one client; none is refused."""
+    client = keys.client(server.url)
+    assert client is keys.client(server.url)  # one per broker URL in a process
+    start = threading.Barrier(150)
+    failed: list[BaseException] = []
+
+    def wait_on_the_broker() -> None:
+        start.wait()
+        try:
+            client.blpop(["tg:test:nothing"], timeout=0.5)
+        except BaseException as exc:  # collected for the assertion
+            failed.append(exc)
+
+    threads = [threading.Thread(target=wait_on_the_broker) for _ in range(150)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    assert failed == []
+    assert int(client.info("clients")["connected_clients"]) >= 150
