@@ -92,9 +92,16 @@ def link_many(items: Iterable[tuple[str | os.PathLike[str], str | os.PathLike[st
             _unlink(tmp)
         raise
     for folder in dict.fromkeys(os.path.dirname(path) or "." for path in published):
-        _fsync_path(folder)
+        try:
+            _fsync_path(folder)
+        except OSError as exc:  # a filesystem that syncs no folder (some FUSE ones) says so
+            if exc.errno not in _NO_FOLDER_SYNC:
+                raise
     if copies:
         write_many((target, read_bytes(source)) for source, target in copies)
+
+
+_NO_FOLDER_SYNC = {errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP}
 
 
 class _NoLink(Exception):

@@ -125,6 +125,27 @@ def test_link_many_copies_what_it_cannot_link(tmp_path: Path) -> None:
     assert sorted(p.name for p in out.iterdir()) == ["a.txt", "b.txt"]
 
 
+def test_link_many_on_a_filesystem_that_syncs_no_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Some filesystems (FUSE ones) answer EINVAL to a folder's fsync: the links are made
+    all the same; any other error of it is the caller's."""
+    (tmp_path / "a.txt").write_text("a\n")
+    real = os.fsync
+
+    def folders_refused(fd: int, errno: int = 22) -> None:
+        if os.path.isdir(f"/proc/self/fd/{fd}"):
+            raise OSError(errno, os.strerror(errno))
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", folders_refused)
+    atomic.link_many([(tmp_path / "a.txt", tmp_path / "out" / "a.txt")])
+    assert (tmp_path / "out" / "a.txt").read_text() == "a\n"
+    monkeypatch.setattr(os, "fsync", lambda fd: folders_refused(fd, errno=5))  # EIO
+    with pytest.raises(OSError, match="Input/output error"):
+        atomic.link_many([(tmp_path / "a.txt", tmp_path / "out" / "b.txt")])
+
+
 def test_link_many_stops_at_a_missing_source_and_leaves_no_temp_name(tmp_path: Path) -> None:
     """A source that is gone is an error: what came before it is published whole, nothing
     after it, and no temp name is left (the one replacing an older reply included)."""
