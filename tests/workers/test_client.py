@@ -473,18 +473,7 @@ def test_a_connection_the_server_closed_is_not_reused() -> None:
     def once_then_close(conn: socket.socket, head: bytes) -> None:
         # One request a connection, then closed without saying so (no `Connection: close`),
         # as a server whose idle timeout is shorter than ours does.
-        headers, _, body = head.partition(b"\r\n\r\n")
-        found = re.search(rb"(?i)content-length: *(\d+)", headers)
-        assert found is not None
-        length = int(found.group(1))
-        while len(body) < length:
-            body += conn.recv(65536)
-        data = json.dumps(NO_USAGE).encode()
-        conn.sendall(
-            b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
-            + f"content-length: {len(data)}\r\n\r\n".encode()
-            + data
-        )
+        _read_body_and_answer(conn, head, closing=False)
 
     server = _RawServer(once_then_close)
     try:
@@ -496,21 +485,29 @@ def test_a_connection_the_server_closed_is_not_reused() -> None:
         server.close()
 
 
+def _read_body_and_answer(conn: socket.socket, head: bytes, closing: bool) -> None:
+    """Read the rest of the request's body (its content-length says how much), then answer
+    200 with `NO_USAGE`, saying `Connection: close` if `closing`."""
+    headers, _, body = head.partition(b"\r\n\r\n")
+    found = re.search(rb"(?i)content-length: *(\d+)", headers)
+    assert found is not None
+    while len(body) < int(found.group(1)):
+        body += conn.recv(65536)
+    data = json.dumps(NO_USAGE).encode()
+    conn.sendall(
+        b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+        + (b"connection: close\r\n" if closing else b"")
+        + f"content-length: {len(data)}\r\n\r\n".encode()
+        + data
+    )
+
+
 def _answer_and_keep(seen: list[bytes]) -> Any:
     """A `_RawServer` answer that keeps each request's head and replies 200 (`NO_USAGE`)."""
 
     def answer(conn: socket.socket, head: bytes) -> None:
         seen.append(head)
-        headers, _, body = head.partition(b"\r\n\r\n")
-        found = re.search(rb"(?i)content-length: *(\d+)", headers)
-        while found is not None and len(body) < int(found.group(1)):
-            body += conn.recv(65536)
-        data = json.dumps(NO_USAGE).encode()
-        conn.sendall(
-            b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\n"
-            + f"content-length: {len(data)}\r\n\r\n".encode()
-            + data
-        )
+        _read_body_and_answer(conn, head, closing=True)
 
     return answer
 
