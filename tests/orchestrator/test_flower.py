@@ -225,7 +225,7 @@ def watch_demo_run(
     )
     name = _worker_online(online)
     assert name is not None
-    _until_task_events_are_on(env["TICKETGRAPH_BROKER_URL"], flower, worker)
+    probes = _until_task_events_are_on(env["TICKETGRAPH_BROKER_URL"], flower, worker)
 
     init = _cli(env, "init", str(workspace))
     assert init.returncode == 0, init.stderr
@@ -246,7 +246,7 @@ def watch_demo_run(
         worker,
         flower.child,
     )
-    return Seen(name, workers, {k: v for k, v in tasks.items() if v["name"] != PROBE_TASK})
+    return Seen(name, workers, {k: v for k, v in tasks.items() if k not in probes})
 
 
 def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
@@ -260,20 +260,25 @@ def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def _until_task_events_are_on(broker_url: str, flower: Flower, worker: Spawned) -> None:
+def _until_task_events_are_on(broker_url: str, flower: Flower, worker: Spawned) -> set[str]:
     """Workers send task events once a monitor asks (broker/app.py): Flower asks every 5 s
     while it runs. Send a probe task (Celery's own `celery.accumulate`) until Flower shows
-    one, so the run's tasks are all seen."""
-    probes = Celery(broker=broker_url)
+    one, so the run's tasks are all seen; the ids of the probes sent.
+
+    A probe the worker took while its events were off, and finished once they were on, is
+    listed by Flower without its name (it saw only the success): its id tells it apart."""
+    sender = Celery(broker=broker_url)
+    sent: set[str] = set()
     try:
 
         def probe() -> dict[str, Any]:
-            probes.send_task(PROBE_TASK, args=["probe"])
+            sent.add(sender.send_task(PROBE_TASK, args=["probe"]).id)
             return flower.get("/api/tasks", taskname=PROBE_TASK)
 
         _poll(probe, bool, "Flower to turn the worker's task events on", worker, flower.child)
     finally:
-        probes.close()
+        sender.close()
+    return sent
 
 
 def _poll(
