@@ -75,7 +75,7 @@ def link_many(items: Iterable[tuple[str | os.PathLike[str], str | os.PathLike[st
     the sources' contents were flushed when they were written. A target that is its source
     already is left as it is. Where a link cannot be made (`target` on another filesystem,
     or one without hard links) the file is copied instead, as `write_many` writes. On an
-    error, a target that was new before it stays (whole), and no file is replaced. The two
+    error, every target holds a whole file, its old one or its new one. The two
     names are one file until either is replaced: write `target` again with `write_text` (a
     new file, as every write here makes), never in place.
     """
@@ -92,14 +92,15 @@ def link_many(items: Iterable[tuple[str | os.PathLike[str], str | os.PathLike[st
             published.append(path)
             if tmp is not None:
                 temps.append((tmp, path))
-    for folder in dict.fromkeys(os.path.dirname(path) or "." for path in published):
+    if copies:  # renamed before the folders' fsync below, which puts their names on disk too
+        write_many((target, read_bytes(source)) for source, target in copies)
+    targets = published + [target for _source, target in copies]
+    for folder in dict.fromkeys(os.path.dirname(path) or "." for path in targets):
         try:
             _fsync_path(folder)
         except OSError as exc:  # a filesystem that syncs no folder (some FUSE ones) says so
             if exc.errno not in _NO_FOLDER_SYNC:
                 raise
-    if copies:
-        write_many((target, read_bytes(source)) for source, target in copies)
 
 
 _NO_FOLDER_SYNC = {errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP}

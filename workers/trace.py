@@ -60,8 +60,12 @@ class Tracer:
         try:
             yield held
         finally:
-            for start in range(0, len(held._held), _LINES_A_WRITE):
-                self._append("".join(held._held[start : start + _LINES_A_WRITE]))
+            lines, held._held = held._held, None  # a line emitted after the block goes out
+            if self._held is not None:  # inside another batch: its lines join that one
+                self._held.extend(lines)
+            else:
+                for start in range(0, len(lines), _LINES_A_WRITE):
+                    self._append("".join(lines[start : start + _LINES_A_WRITE]))
 
     def _append(self, text: str) -> None:
         """`text` (whole lines) at the end of the file, in one write."""

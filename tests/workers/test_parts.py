@@ -193,3 +193,37 @@ def test_a_batched_trace_appends_its_lines_at_the_end_whole_among_other_writers(
     assert [e["ticket"] for e in batch] == [f"T-{i}" for i in range(2000)]
     assert [e["ts"] for e in batch] == sorted(e["ts"] for e in batch)
     assert {e["run_id"] for e in events} == {"run-1"}
+
+
+def test_link_many_flushes_the_folder_of_a_target_it_copied(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A copy's rename is put on disk as a link's is: its folder is synced after it."""
+    with tempfile.TemporaryDirectory(dir="/dev/shm") as shm:
+        there = Path(shm) / "there.txt"
+        there.write_text("copied\n")
+        events: list[tuple[str, str]] = []
+        real_sync, real_replace = atomic._fsync_path, os.replace
+        monkeypatch.setattr(
+            atomic, "_fsync_path", lambda p: (events.append(("sync", p)), real_sync(p))
+        )
+        monkeypatch.setattr(
+            os,
+            "replace",
+            lambda a, b: (events.append(("replace", os.fspath(b))), real_replace(a, b)),
+        )
+        out = tmp_path / "out"
+        atomic.link_many([(there, out / "b.txt")])
+    assert events[-1] == ("sync", str(out))
+    assert events.index(("replace", str(out / "b.txt"))) < len(events) - 1
+
+
+def test_a_batch_inside_a_batch_keeps_the_order_of_its_lines(tmp_path: Path) -> None:
+    path = tmp_path / "run.jsonl"
+    with Tracer(path, "run-1").batched() as outer:
+        outer.emit("a")
+        with outer.batched() as inner:
+            inner.emit("b")
+        outer.emit("c")
+    outer.emit("d")  # after its block: appended, not held forever
+    assert [e["event"] for e in read(path)] == ["a", "b", "c", "d"]
