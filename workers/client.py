@@ -12,6 +12,7 @@ scripts.
 
 from __future__ import annotations
 
+import base64
 import functools
 import http.client
 import json
@@ -79,6 +80,8 @@ class ModelClient:
         base = self.http.base_url if http else httpx.URL(settings.base_url)
         self._url = under(base, self.api.PATH)  # a query in LLM_BASE_URL kept (Azure's)
         self._headers = httpx.Headers({**self.http.headers, "content-type": "application/json"})
+        if self._url.userinfo:  # sent as httpx's client sends them: Basic, over any other
+            self._headers["authorization"] = _basic(self._url)
         self._extensions = {"timeout": self.http.timeout.as_dict()}
         # A client passed in (tests) is shared by every thread as it is, and waited on from a
         # helper thread so that a cancel does not wait for its reply. Otherwise each thread
@@ -332,7 +335,16 @@ def under(base: httpx.URL, path: str) -> httpx.URL:
     `https://h/openai/deployments/d?api-version=V` asks `.../d/chat/completions?api-version=V`
     (httpx's `join` would drop the last segment and the query, and its client's base URL would
     end the query with its trailing slash)."""
-    return base.copy_with(path=base.path.rstrip("/") + "/" + path)
+    raw, _, query = base.raw_path.partition(b"?")  # encoded as given: %2F, %3F kept
+    joined = raw.rstrip(b"/") + b"/" + path.encode("ascii")
+    return base.copy_with(raw_path=joined + (b"?" + query if query else b""))
+
+
+def _basic(url: httpx.URL) -> str:
+    """The Authorization header of the credentials in `url` (httpx sends the same when its
+    client sends; this client sends to the transport, past the client's auth step)."""
+    userpass = f"{url.username}:{url.password}".encode()
+    return f"Basic {base64.b64encode(userpass).decode('ascii')}"
 
 
 def _direct(client: httpx.Client, url: httpx.URL) -> bool:

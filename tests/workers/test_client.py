@@ -3,6 +3,7 @@ the reply shapes real OpenAI-compatible servers send, recorded here as fixtures.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import os
@@ -27,7 +28,7 @@ import yaml
 from orchestrator.broker.redis_server import free_port
 from workers import pool_guard
 from workers.cancel import CancelToken
-from workers.client import KEEPALIVE_S, ModelClient, RequestParams
+from workers.client import KEEPALIVE_S, ModelClient, RequestParams, under
 from workers.errors import Cancelled, ProviderError
 from workers.provider import running_provider
 from workers.settings import HarnessSettings
@@ -533,6 +534,38 @@ def test_a_base_url_with_a_query_keeps_its_path_and_query(slash: str, credential
     assert "secret" not in client.endpoint
 
 
+@pytest.mark.parametrize("api_key", [None, "sk-test"], ids=["no key", "with a key"])
+def test_credentials_in_the_base_url_are_sent_as_httpxs_client_sends_them(
+    api_key: str | None,
+) -> None:
+    """`https://user:pass@host/v1` (a gateway behind Basic auth): the request carries the
+    Authorization header httpx's own client sends for that URL, byte for byte, and the
+    password is never in a message."""
+    seen: list[bytes] = []
+    server = _RawServer(_answer_and_keep(seen))
+    try:
+        base = server.url.replace("//", "//team:s3cr%40t@", 1)  # the password is s3cr@t
+        client = _client(base, max_retries=0, api_key=api_key)
+        assert client.complete("m", HELLO, []).message.content == "hi there"
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        with httpx.Client(headers=headers) as reference:
+            reference.post(f"{base}/chat/completions", json={})
+    finally:
+        server.close()
+    sent = [_header(head, b"authorization") for head in seen]
+    assert sent[0] == sent[1] == b"Basic " + base64.b64encode(b"team:s3cr@t")
+    assert "s3cr" not in client.endpoint
+
+
+def _header(head: bytes, name: bytes) -> bytes | None:
+    """The value of header `name` in a request's head (None if absent)."""
+    for line in head.split(b"\r\n\r\n", 1)[0].split(b"\r\n")[1:]:
+        key, _, value = line.partition(b":")
+        if key.strip().lower() == name:
+            return value.strip()
+    return None
+
+
 def test_an_https_endpoint_is_verified(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, canned: type[_Canned]
 ) -> None:
@@ -666,3 +699,17 @@ def test_the_pool_never_closes_a_connection_it_gave_a_request(tmp_path: Path) ->
         pool._requests.remove(waiting)
         assert given not in closing and given in pool.connections and not given.is_closed()
         assert spare in closing  # expired and held by nobody: closed as httpcore does
+
+
+@pytest.mark.parametrize(
+    ("base", "url"),
+    [
+        ("https://h/v1/", "https://h/v1/chat/completions"),
+        ("https://h/d?api-version=V", "https://h/d/chat/completions?api-version=V"),
+        ("https://h/a%3Fb/v1", "https://h/a%3Fb/v1/chat/completions"),
+        ("https://h/a%2Fb/v1", "https://h/a%2Fb/v1/chat/completions"),
+        ("https://h/a%2541/v1", "https://h/a%2541/v1/chat/completions"),
+    ],
+)
+def test_under_keeps_the_base_path_as_it_is_encoded(base: str, url: str) -> None:
+    assert str(under(httpx.URL(base), "chat/completions")) == url
