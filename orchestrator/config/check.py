@@ -5,8 +5,6 @@ paying for a model call."""
 
 from __future__ import annotations
 
-import re
-
 from orchestrator.config import layers
 from orchestrator.config.environment import GraphSettings
 from orchestrator.run.records import RunConfig, WorkerSpec
@@ -80,10 +78,12 @@ def _budget(config: RunConfig, llm: HarnessSettings) -> str:
 
 def masked(url: str) -> str:
     """`url` with the password of its credentials, if any, shown as `**` (as the broker's)."""
-    return _PASSWORD.sub(r"\g<user>**@", url, count=1)
-
-
-_PASSWORD = re.compile(r"(?P<user>^[a-z]+://[^/@:]*:)[^/@]*@")
+    scheme, sep, rest = url.partition("://")
+    end = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
+    userinfo, at, host = rest[:end].rpartition("@")  # a raw '@' in a password: the last one
+    if not sep or not at or ":" not in userinfo:
+        return url
+    return f"{scheme}://{userinfo.split(':', 1)[0]}:**@{host}{rest[end:]}"
 
 
 def _endpoint(workspace: Workspace, llm: HarnessSettings) -> str:

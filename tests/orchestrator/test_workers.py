@@ -19,6 +19,7 @@ import httpx
 import pytest
 
 from orchestrator.broker.redis_server import RedisServer
+from orchestrator.config.check import masked
 from orchestrator.run.store import RunStore
 from orchestrator.steps import declarations
 from orchestrator.workspace import CONFIG_FILE
@@ -320,6 +321,12 @@ def test_check_shows_the_model_endpoint_without_its_password(demo: Path, cli: Cl
         checked.stdout
     )
     assert "s3cret" not in checked.stdout + checked.stderr
+
+
+def test_masked_hides_a_password_that_holds_an_at_sign() -> None:
+    assert masked("https://team:p@ss@h/v1?api-version=1") == "https://team:**@h/v1?api-version=1"
+    assert masked("HTTPS://team:s3cret@h/v1") == "HTTPS://team:**@h/v1"
+    assert masked("https://h/v1?x=a@b:c") == "https://h/v1?x=a@b:c"
 
 
 def test_check_names_the_first_problem(demo: Path, cli: Cli) -> None:
