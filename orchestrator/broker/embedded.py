@@ -29,9 +29,18 @@ LOOPBACK = "127.0.0.1"
 OUTAGE_S = 5.0
 
 
+# Threads one worker process keeps waiting on the model at most: past it, a reply wave
+# wakes more threads than one GIL hands round cheaply. At pool 512 on 2 cores, 4 processes of
+# 128 against 2 of 256 took 4-5% less wall and 8% less CPU a ticket; 6 or 8 processes no
+# better than 4 (BENCHMARKS.md, #21's fifteenth step).
+MAX_THREADS = 128
+
+
 def layout(pool_size: int, processes: int | None = None) -> tuple[int, int]:
-    """(processes, threads each) for `pool_size` tickets in flight: one process per core."""
-    procs = max(1, min(processes or os.cpu_count() or 1, pool_size))
+    """(processes, threads each) for `pool_size` tickets in flight: one process per core,
+    more where a process would hold over MAX_THREADS (or `processes`, if given)."""
+    wanted = processes or max(os.cpu_count() or 1, math.ceil(pool_size / MAX_THREADS))
+    procs = max(1, min(wanted, pool_size))
     return procs, math.ceil(pool_size / procs)
 
 

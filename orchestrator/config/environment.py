@@ -49,7 +49,10 @@ class GraphSettings(BaseSettings):
         description="how long tasks and the waiting CLI retry a broker that went away",
     )
     processes: int | None = Field(
-        default=None, ge=1, description="embedded worker processes (default: one per core)"
+        default=None,
+        ge=1,
+        description="embedded worker processes (default: one per core, or one per 128 of the "
+        "pool if more)",
     )
     run_timeout_s: float = Field(
         default=3600, gt=0, description="how long `run` waits for a verdict"

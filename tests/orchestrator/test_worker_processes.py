@@ -9,7 +9,9 @@ import sys
 import time
 from pathlib import Path
 
-from orchestrator.broker import worker_processes
+import pytest
+
+from orchestrator.broker import embedded, worker_processes
 from orchestrator.broker.app import configure
 from orchestrator.config.environment import GraphSettings
 from workers.settings import HarnessSettings
@@ -99,3 +101,23 @@ def test_a_forked_worker_scans_no_installed_package_to_start_and_send(
     assert done.returncode == 0, done.stderr
     assert seen.exists(), done.stderr
     assert json.loads(seen.read_text(encoding="utf-8")) == []
+
+
+@pytest.mark.parametrize(
+    ("pool", "processes", "expected"),
+    [
+        (1, None, (1, 1)),  # never more processes than tickets in flight
+        (16, None, (2, 8)),  # one a core
+        (256, None, (2, 128)),
+        (257, None, (3, 86)),  # past 128 threads a process: one more process
+        (512, None, (4, 128)),
+        (512, 2, (2, 256)),  # TICKETGRAPH_PROCESSES decides when set
+    ],
+)
+def test_an_embedded_run_keeps_at_most_128_threads_a_process_unless_told(
+    monkeypatch: pytest.MonkeyPatch, pool: int, processes: int | None, expected: tuple[int, int]
+) -> None:
+    """One worker process a core (2 here), and more once a process would keep over
+    MAX_THREADS threads waiting on the model (BENCHMARKS.md, #21's fifteenth step)."""
+    monkeypatch.setattr(embedded.os, "cpu_count", lambda: 2)
+    assert embedded.layout(pool, processes) == expected
