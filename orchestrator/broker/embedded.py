@@ -29,18 +29,22 @@ LOOPBACK = "127.0.0.1"
 OUTAGE_S = 5.0
 
 
-# Threads one worker process keeps waiting on the model at most: past it, a reply wave
-# wakes more threads than one GIL hands round cheaply. At pool 512 on 2 cores, 4 processes of
-# 128 against 2 of 256 took 4-5% less wall and 8% less CPU a ticket; 6 or 8 processes no
-# better than 4 (BENCHMARKS.md, #21's fifteenth step).
+# Threads one worker process keeps waiting on the model, where it can: past it, a reply
+# wave wakes more threads than one GIL hands round cheaply. At pool 512 on 2 cores, 4
+# processes of 128 against 2 of 256 took 4-5% less wall and 8% less CPU a ticket; 6 or 8
+# processes were no better than 4 (BENCHMARKS.md, #21's fifteenth step), so no more than
+# PROCESSES_A_CORE a core are made for it (each process is memory of its own).
 MAX_THREADS = 128
+PROCESSES_A_CORE = 2
 
 
 def layout(pool_size: int, processes: int | None = None) -> tuple[int, int]:
-    """(processes, threads each) for `pool_size` tickets in flight: one process per core,
-    more where a process would hold over MAX_THREADS (or `processes`, if given)."""
-    wanted = processes or max(os.cpu_count() or 1, math.ceil(pool_size / MAX_THREADS))
-    procs = max(1, min(wanted, pool_size))
+    """(processes, threads each) for `pool_size` tickets in flight: `processes` if given,
+    else one process per core, or up to PROCESSES_A_CORE a core where one process would
+    hold over MAX_THREADS threads."""
+    cores = os.cpu_count() or 1
+    spread = min(math.ceil(pool_size / MAX_THREADS), PROCESSES_A_CORE * cores)
+    procs = max(1, min(processes or max(cores, spread), pool_size))
     return procs, math.ceil(pool_size / procs)
 
 

@@ -51,8 +51,8 @@ class GraphSettings(BaseSettings):
     processes: int | None = Field(
         default=None,
         ge=1,
-        description="embedded worker processes (default: one per core, or one per 128 of the "
-        "pool if more)",
+        description="embedded worker processes (default: one per core, up to two a core to "
+        "keep each under 128 threads)",
     )
     run_timeout_s: float = Field(
         default=3600, gt=0, description="how long `run` waits for a verdict"

@@ -111,13 +111,14 @@ def test_a_forked_worker_scans_no_installed_package_to_start_and_send(
         (256, None, (2, 128)),
         (257, None, (3, 86)),  # past 128 threads a process: one more process
         (512, None, (4, 128)),
+        (2048, None, (4, 512)),  # at most two processes a core
         (512, 2, (2, 256)),  # TICKETGRAPH_PROCESSES decides when set
     ],
 )
-def test_an_embedded_run_keeps_at_most_128_threads_a_process_unless_told(
+def test_an_embedded_run_spreads_a_pool_over_128_threads_a_process_up_to_two_a_core(
     monkeypatch: pytest.MonkeyPatch, pool: int, processes: int | None, expected: tuple[int, int]
 ) -> None:
-    """One worker process a core (2 here), and more once a process would keep over
-    MAX_THREADS threads waiting on the model (BENCHMARKS.md, #21's fifteenth step)."""
+    """One worker process a core (2 here), and up to two a core once a process would keep
+    over MAX_THREADS threads waiting on the model (BENCHMARKS.md, #21's fifteenth step)."""
     monkeypatch.setattr(embedded.os, "cpu_count", lambda: 2)
     assert embedded.layout(pool, processes) == expected
