@@ -80,7 +80,7 @@ class ModelClient:
         base = self.http.base_url if http else httpx.URL(settings.base_url)
         self._url = under(base, self.api.PATH)  # a query in LLM_BASE_URL kept (Azure's)
         self._headers = httpx.Headers({**self.http.headers, "content-type": "application/json"})
-        if self._url.userinfo:  # sent as httpx's client sends them: Basic, over any other
+        if self._url.username or self._url.password:  # as httpx's client: Basic, over any other
             self._headers["authorization"] = _basic(self._url)
         self._extensions = {"timeout": self.http.timeout.as_dict()}
         # A client passed in (tests) is shared by every thread as it is, and waited on from a

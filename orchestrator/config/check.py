@@ -79,8 +79,10 @@ def _budget(config: RunConfig, llm: HarnessSettings) -> str:
 def masked(url: str) -> str:
     """`url` with the password of its credentials, if any, shown as `**` (as the broker's)."""
     scheme, sep, rest = url.partition("://")
-    end = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
-    userinfo, at, host = rest[:end].rpartition("@")  # a raw '@' in a password: the last one
+    # Up to the path: a raw '@', '?' or '#' in a password is masked with it (over-masking a
+    # query without a path is the safe side), and the last '@' ends the credentials.
+    end = rest.find("/") if "/" in rest else len(rest)
+    userinfo, at, host = rest[:end].rpartition("@")
     if not sep or not at or ":" not in userinfo:
         return url
     return f"{scheme}://{userinfo.split(':', 1)[0]}:**@{host}{rest[end:]}"

@@ -327,6 +327,7 @@ def test_masked_hides_a_password_that_holds_an_at_sign() -> None:
     assert masked("https://team:p@ss@h/v1?api-version=1") == "https://team:**@h/v1?api-version=1"
     assert masked("HTTPS://team:s3cret@h/v1") == "HTTPS://team:**@h/v1"
     assert masked("https://h/v1?x=a@b:c") == "https://h/v1?x=a@b:c"
+    assert masked("https://team:s3?cr#t@h/v1") == "https://team:**@h/v1"
 
 
 def test_check_names_the_first_problem(demo: Path, cli: Cli) -> None:

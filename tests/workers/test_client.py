@@ -555,6 +555,9 @@ def test_credentials_in_the_base_url_are_sent_as_httpxs_client_sends_them(
     sent = [_header(head, b"authorization") for head in seen]
     assert sent[0] == sent[1] == b"Basic " + base64.b64encode(b"team:s3cr@t")
     assert "s3cr" not in client.endpoint
+    # An empty userinfo (`//:@host`) is no credentials, to httpx and to this client.
+    empty = _client(server.url.replace("//", "//:@", 1), api_key=api_key)
+    assert empty._headers.get("authorization") == (f"Bearer {api_key}" if api_key else None)
 
 
 def _header(head: bytes, name: bytes) -> bytes | None:
