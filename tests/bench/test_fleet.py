@@ -6,12 +6,13 @@ each kept in flight at the provider, and report our processes' peak memory, thre
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from orchestrator.broker import embedded
 
 REPO = Path(__file__).resolve().parents[2]
 N = 200
@@ -37,8 +38,10 @@ def test_the_fleet_section_measures_in_flight_memory_and_threads(tmp_path: Path)
         assert N // 2 <= figures[key]["value"] <= N, figures[key]
     assert figures["h.ours.in_flight"]["target"]["bound"] == 512
     assert figures["h.distributed.ideal"]["target"]["bound"] == 0.9
-    # One worker process per core, each waiting on its share of the requests on its threads.
-    per_process = N // min(os.cpu_count() or 1, N)
+    # The embedded layout's worker processes (pool 512: up to two a core), each waiting on
+    # its share of the requests on its threads.
+    processes, _threads = embedded.layout(512)
+    per_process = N // min(processes, N)
     assert figures["h.ours.threads"]["value"] >= per_process // 2, figures["h.ours.threads"]
     # Each worker starts its threads as tickets come: the busier of the two ran a quarter of
     # the tickets at once, at least.
