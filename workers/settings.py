@@ -7,6 +7,7 @@ import os
 from typing import Literal, TypeVar
 from urllib.parse import urlsplit
 
+import httpx
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -59,6 +60,13 @@ class HarnessSettings(BaseSettings):
                 "must be an http:// or https:// URL of the model API, "
                 "e.g. https://api.openai.com/v1 or http://127.0.0.1:8400/v1"
             )
+        try:
+            httpx.URL(url)  # what the client sends with; its error would quote the URL's parts
+        except httpx.InvalidURL:
+            raise ValueError(
+                "is not a URL the client can send to: a '/', '?', '#' or '@' in its user name "
+                "or password must be percent-encoded (%2F, %3F, %23, %40)"
+            ) from None
         return url
 
 
@@ -124,12 +132,19 @@ def describe(exc: ValidationError, prefix: str, cls: type[BaseSettings] | None =
 
 def _masked(value: str | int | float) -> str | int | float:
     """A URL's password as `**`: an error message must not print a secret."""
-    if not isinstance(value, str) or "://" not in value:
-        return value
-    parts = urlsplit(value)
-    if parts.password is None:
-        return value
-    return value.replace(f":{parts.password}@", ":**@", 1)
+    return masked(value) if isinstance(value, str) else value
+
+
+def masked(url: str) -> str:
+    """`url` with the password of its credentials, if any, shown as `**` (as the broker's)."""
+    scheme, sep, rest = url.partition("://")
+    # Up to the path: a raw '@', '?' or '#' in a password is masked with it (over-masking a
+    # query without a path is the safe side), and the last '@' ends the credentials.
+    end = rest.find("/") if "/" in rest else len(rest)
+    userinfo, at, host = rest[:end].rpartition("@")
+    if not sep or not at or ":" not in userinfo:
+        return url
+    return f"{scheme}://{userinfo.split(':', 1)[0]}:**@{host}{rest[end:]}"
 
 
 def _written(name: str, cls: type[BaseSettings] | None) -> str:

@@ -10,7 +10,7 @@ from orchestrator.config.environment import GraphSettings
 from orchestrator.run.records import RunConfig, WorkerSpec
 from orchestrator.steps import agent, declarations, prompts
 from orchestrator.workspace import CONFIG_FILE, Workspace
-from workers.settings import HarnessSettings
+from workers.settings import HarnessSettings, masked
 
 
 def check(workspace: Workspace, settings: GraphSettings, llm: HarnessSettings) -> str:
@@ -74,18 +74,6 @@ def _budget(config: RunConfig, llm: HarnessSettings) -> str:
         if value is not None
     ]
     return f"{spend}; endpoint caps: {', '.join(caps) or 'none'}"
-
-
-def masked(url: str) -> str:
-    """`url` with the password of its credentials, if any, shown as `**` (as the broker's)."""
-    scheme, sep, rest = url.partition("://")
-    # Up to the path: a raw '@', '?' or '#' in a password is masked with it (over-masking a
-    # query without a path is the safe side), and the last '@' ends the credentials.
-    end = rest.find("/") if "/" in rest else len(rest)
-    userinfo, at, host = rest[:end].rpartition("@")
-    if not sep or not at or ":" not in userinfo:
-        return url
-    return f"{scheme}://{userinfo.split(':', 1)[0]}:**@{host}{rest[end:]}"
 
 
 def _endpoint(workspace: Workspace, llm: HarnessSettings) -> str:

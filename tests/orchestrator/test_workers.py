@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from orchestrator.broker.redis_server import RedisServer
-from orchestrator.config.check import masked
+from orchestrator.exit_codes import ExitCode
 from orchestrator.run.store import RunStore
 from orchestrator.steps import declarations
 from orchestrator.workspace import CONFIG_FILE
@@ -34,6 +34,7 @@ from tests.orchestrator.conftest import (
     write_scenarios,
 )
 from workers.provider import running_provider
+from workers.settings import masked
 
 TOOLS_PY = '''
 """Shipping tools of the team (a package on the workers' import path)."""
@@ -321,6 +322,23 @@ def test_check_shows_the_model_endpoint_without_its_password(demo: Path, cli: Cl
         checked.stdout
     )
     assert "s3cret" not in checked.stdout + checked.stderr
+
+
+@pytest.mark.parametrize("command", ["run", "check"])
+def test_a_base_url_the_client_cannot_parse_is_refused_without_its_password(
+    demo: Path, cli: Cli, command: str
+) -> None:
+    """A raw '?' in the password: httpx reads the rest as a port ("Invalid port: 's3'") and
+    the run crashed with that, after claiming the inbox. It is a bad setting (78) before any
+    ticket is claimed, and nothing of the password is printed."""
+    url = "https://team:s3q?cr3t@llm.example/v1"
+    inbox = sorted(p.name for p in (demo / "inbox").iterdir())
+    done = cli(command, cwd=demo, env={"LLM_BASE_URL": url})
+    assert done.returncode == ExitCode.CONFIG, done.stdout + done.stderr
+    assert "LLM_BASE_URL='https://team:**@llm.example/v1'" in done.stderr
+    assert "percent-encoded" in done.stderr
+    assert "s3q" not in done.stdout + done.stderr and "cr3t" not in done.stdout + done.stderr
+    assert sorted(p.name for p in (demo / "inbox").iterdir()) == inbox  # nothing claimed
 
 
 def test_masked_hides_a_password_that_holds_an_at_sign() -> None:
