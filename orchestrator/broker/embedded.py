@@ -42,7 +42,7 @@ def layout(pool_size: int, processes: int | None = None) -> tuple[int, int]:
     """(processes, threads each) for `pool_size` tickets in flight: `processes` if given,
     else one process per core, or up to PROCESSES_A_CORE a core where one process would
     hold over MAX_THREADS threads."""
-    cores = os.cpu_count() or 1
+    cores = worker_processes.cores()
     spread = min(math.ceil(pool_size / MAX_THREADS), PROCESSES_A_CORE * cores)
     procs = max(1, min(processes or max(cores, spread), pool_size))
     return procs, math.ceil(pool_size / procs)

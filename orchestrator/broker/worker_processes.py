@@ -131,6 +131,15 @@ class Fleet:
         self.children.clear()
 
 
+def cores() -> int:
+    """The cores this process may run on (its CPU affinity: a container's `--cpuset-cpus`,
+    `taskset`), which `os.cpu_count` ignores; a quota such as `--cpus` is not seen here."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):  # no affinity on this platform
+        return os.cpu_count() or 1
+
+
 def start(app: Celery, name: str, processes: int, threads: int, loglevel: str = "WARNING") -> Fleet:
     """Fork `processes` workers of `threads` threads each, named `<name>-<i>@<host>`, and
     wait until they take tasks."""

@@ -610,7 +610,6 @@ def worker(
     be mounted at the same path as on the machine that runs `ticketgraph run`. SIGTERM or
     Ctrl-C: finish running tasks, then stop.
     """
-    import os
 
     with _loading():
         from orchestrator.broker import worker_processes
@@ -628,7 +627,7 @@ def worker(
     for folder in workspaces:  # before any process is forked: each inherits the modules
         declarations.preload(folder)
     name = (hostname or "ticketgraph").split("@", 1)[0]
-    count = processes or os.cpu_count() or 1
+    count = processes or worker_processes.cores()
     return worker_processes.serve(app, name, count, threads, loglevel.upper())
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import json
+import os
 import subprocess
 import sys
 import time
@@ -120,5 +121,22 @@ def test_an_embedded_run_spreads_a_pool_over_128_threads_a_process_up_to_two_a_c
 ) -> None:
     """One worker process a core (2 here), and up to two a core once a process would keep
     over MAX_THREADS threads waiting on the model (BENCHMARKS.md, #21's fifteenth step)."""
-    monkeypatch.setattr(embedded.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(worker_processes, "cores", lambda: 2)
     assert embedded.layout(pool, processes) == expected
+
+
+def test_the_cores_are_those_this_process_may_run_on() -> None:
+    """Pinned to one CPU (as `taskset -c 0` or a container's cpuset pins it): one core,
+    whatever the machine has."""
+    code = "from orchestrator.broker import worker_processes as w; print(w.cores())"
+    first = min(os.sched_getaffinity(0))
+    pinned = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        preexec_fn=lambda: os.sched_setaffinity(0, {first}),
+    )
+    assert pinned.returncode == 0, pinned.stderr
+    assert pinned.stdout.strip() == "1"
+    free = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert free.stdout.strip() == str(len(os.sched_getaffinity(0)))
