@@ -5,7 +5,6 @@ from __future__ import annotations
 import difflib
 import os
 from typing import Literal, TypeVar
-from urllib.parse import urlsplit
 
 import httpx
 from pydantic import Field, ValidationError, field_validator
@@ -54,19 +53,19 @@ class HarnessSettings(BaseSettings):
     def _an_http_url(cls, url: str | None) -> str | None:
         if url is None:
             return None
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
+        try:
+            parts = httpx.URL(url)  # the client's own parser; its error would quote the URL
+        except httpx.InvalidURL:
+            raise ValueError(
+                "is not a URL the client can send to: its port must be a number, and a '/', "
+                "'?', '#' or '@' in its user name or password percent-encoded (%2F, %3F, %23, "
+                "%40)"
+            ) from None
+        if parts.scheme not in ("http", "https") or not parts.host:
             raise ValueError(
                 "must be an http:// or https:// URL of the model API, "
                 "e.g. https://api.openai.com/v1 or http://127.0.0.1:8400/v1"
             )
-        try:
-            httpx.URL(url)  # what the client sends with; its error would quote the URL's parts
-        except httpx.InvalidURL:
-            raise ValueError(
-                "is not a URL the client can send to: a '/', '?', '#' or '@' in its user name "
-                "or password must be percent-encoded (%2F, %3F, %23, %40)"
-            ) from None
         return url
 
 
@@ -125,18 +124,16 @@ def describe(exc: ValidationError, prefix: str, cls: type[BaseSettings] | None =
         name = field if field.isupper() else f"{prefix}{field}".upper()
         name = _written(name, cls)
         value = error.get("input")
-        shown = f"={_masked(value)!r}" if isinstance(value, str | int | float) else ""
+        value = masked(value) if isinstance(value, str) else value  # never print a secret
+        shown = f"={value!r}" if isinstance(value, str | int | float) else ""
         parts.append(f"{name}{shown}: {message}")
     return "; ".join(parts)
 
 
-def _masked(value: str | int | float) -> str | int | float:
-    """A URL's password as `**`: an error message must not print a secret."""
-    return masked(value) if isinstance(value, str) else value
-
-
 def masked(url: str) -> str:
-    """`url` with the password of its credentials, if any, shown as `**` (as the broker's)."""
+    """`url` with the password of its credentials, if any, shown as `**`: a message must not
+    print a secret (kombu's `maybe_sanitize_url`, which the broker's URL goes through, drops
+    the query and fails on a password holding '?')."""
     scheme, sep, rest = url.partition("://")
     # Up to the path: a raw '@', '?' or '#' in a password is masked with it (over-masking a
     # query without a path is the safe side), and the last '@' ends the credentials.

@@ -610,7 +610,6 @@ def worker(
     be mounted at the same path as on the machine that runs `ticketgraph run`. SIGTERM or
     Ctrl-C: finish running tasks, then stop.
     """
-
     with _loading():
         from orchestrator.broker import worker_processes
         from orchestrator.broker.app import connect
