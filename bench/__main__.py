@@ -4,7 +4,8 @@ Sections (`--only a,c` picks some):
   a  N = 1,000, pool 16, 50 ms: embedded run vs the LangGraph peers (in memory; SQLite
      checkpoints, durability sync) vs the seed's Node script
   b  N = 1,000, pool 32, 50 ms, distributed: 1 worker process vs 2 (3 runs each, medians)
-  c  latency 0: wall per ticket at 1,000 and 10,000; bytes per ticket; peak RSS per process
+  c  latency 0: wall and CPU per ticket at 1,000 and 10,000; bytes per ticket; peak RSS per
+     process; CPU per ticket of ours and the LangGraph peers on one provider process
   d  the demo: fan-out ms and whole-command wall (5 runs)
   e  broker bytes per task message with 1 KB and 100 KB drafts
   f  harness overhead per turn

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
-import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -172,6 +170,7 @@ class PeerRun:
         return self.result.get("wall_s")
 
     problem: str = ""
+    cpu_s: float = 0.0  # user + system CPU of the peer's process (wait4), its provider apart
 
     def check(self, calls: int, tokens: int) -> None:
         """Note a problem unless the peer exited 0 having paid the expected calls and tokens."""
@@ -183,26 +182,27 @@ class PeerRun:
 
     def to_json(self) -> dict[str, Any]:
         """The process wall and the peer's own record."""
-        return {"process_wall_s": round(self.process_wall_s, 3), "problem": self.problem} | {
-            "result": self.result
-        }
+        return {
+            "process_wall_s": round(self.process_wall_s, 3),
+            "cpu_s": round(self.cpu_s, 3),
+            "problem": self.problem,
+        } | {"result": self.result}
 
 
 def run_langgraph(
     workspace: Path, base_url: str, pool: int, timeout_s: float, durable: bool = False
 ) -> PeerRun:
     """The LangGraph peer as its own process, against `base_url`; wall from spawn to exit.
-    `durable`: with its SQLite checkpointer (langgraph_peer --durable)."""
+    `durable`: with its SQLite checkpointer (langgraph_peer --durable). Its output goes to
+    `workspace`/peer-logs."""
     argv = [sys.executable, "-m", "bench.peers.langgraph_peer", "--workspace", str(workspace)]
     argv += ["--base-url", base_url, "--pool", str(pool), "--json"]
     argv += ["--durable"] if durable else []
-    started = time.perf_counter()
-    done = subprocess.run(
-        argv, cwd=REPO, env=child_env(), capture_output=True, text=True, timeout=timeout_s
-    )
-    wall_s = time.perf_counter() - started
+    done = run_watched(argv, REPO, child_env(), workspace / "peer-logs", timeout_s)
+    stdout = done.stdout.read_text(errors="replace").strip()
     try:
-        result = json.loads(done.stdout.strip().splitlines()[-1]) if done.stdout.strip() else {}
+        result = json.loads(stdout.splitlines()[-1]) if stdout else {}
     except ValueError:
         result = {}
-    return PeerRun(wall_s, done.returncode, result, done.stderr)
+    stderr = done.stderr.read_text(errors="replace")
+    return PeerRun(done.wall_s, done.returncode, result, stderr, cpu_s=done.cpu_s)

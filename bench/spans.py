@@ -151,6 +151,7 @@ def measure(n: int, root: Path, timeout_s: float = 1800) -> dict[str, Any]:
     from bench.watch import run_watched
     from bench.workload import build
 
+    root.mkdir(parents=True, exist_ok=True)  # a --root that does not exist yet is made
     with tempfile.TemporaryDirectory(dir=root, prefix="tg-spans-") as tmp:
         workload = build(Path(tmp) / "ws", n, latency_ms=0, pool_size=16)
         out = Path(tmp) / "spans"

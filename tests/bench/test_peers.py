@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -171,3 +172,26 @@ def test_langgraph_peer_runs_the_scaled_workload(tmp_path: Path) -> None:
     assert result.tokens == workload.tokens
     assert (result.count(PASS), result.count(NEEDS_HUMAN)) == (10, 2)
     assert result.outcomes["T-100011"].stop == "gate_pass"  # a clone of T-1005
+
+
+def test_the_peer_as_a_process_reports_its_result_and_its_own_cpu(tmp_path: Path) -> None:
+    """`run_langgraph` runs the peer as a child and takes its CPU from wait4: the CPU the
+    suite sets beside ours per ticket (section c), with the provider's apart."""
+    pytest.importorskip("langgraph")
+    workload_module = pytest.importorskip("bench.workload")
+    from bench.runs import run_langgraph
+    from bench.scaling import cpu_ms_with_provider
+    from bench.services import ProviderCost
+
+    workload = workload_module.build(tmp_path / "n12", 12, latency_ms=0, pool_size=16)
+    with running_provider(workload.root / "scenarios" / "demo.yaml") as base_url:
+        peer = run_langgraph(workload.root, base_url, 16, timeout_s=120)
+
+    peer.check(sum(workload.calls.values()), workload.tokens)
+    assert peer.problem == "" and peer.returncode == 0
+    # Importing langgraph alone takes a tenth of a second of CPU or more on any machine; a
+    # figure taken from the wrong process (this one, or none) would not be the child's.
+    assert 0.1 < peer.cpu_s < peer.process_wall_s * (os.cpu_count() or 1)
+    assert peer.to_json()["cpu_s"] == round(peer.cpu_s, 3)
+    provider = ProviderCost(requests=20, cpu_s=0.5, max_in_flight=16)
+    assert cpu_ms_with_provider(peer.cpu_s, provider, 12) == 1000 * (peer.cpu_s + 0.5) / 12
