@@ -564,7 +564,8 @@ def runs(workspace: Path, limit: int, as_json: bool) -> int:
     "--processes",
     "-p",
     type=click.IntRange(min=1),
-    help="Worker processes (default: one per core).",
+    help="Worker processes (default: one per core this process may use, as its CPU "
+    "affinity and its cgroup's CPU quota allow).",
 )
 @click.option(
     "--threads",

@@ -140,3 +140,64 @@ def test_the_cores_are_those_this_process_may_run_on() -> None:
     assert pinned.stdout.strip() == "1"
     free = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert free.stdout.strip() == str(len(os.sched_getaffinity(0)))
+
+
+V1_CPU = Path("/sys/fs/cgroup/cpu")
+
+
+@pytest.mark.skipif(
+    not (os.access(V1_CPU, os.W_OK) and (V1_CPU / "cpu.cfs_quota_us").is_file()),
+    reason="needs a writable cgroup v1 cpu controller (root on a cgroup v1 host) to set a quota",
+)
+def test_a_cpu_quota_of_the_cgroup_or_one_above_it_caps_the_cores() -> None:
+    """In a cgroup under one limited to one CPU (as `docker --cpus 1` limits a container),
+    one core, however many the process may run on; the figure the layout starts from."""
+    code = "from orchestrator.broker import worker_processes as w; print(w.cores())"
+    outer = V1_CPU / f"ticketgraph-test-{os.getpid()}"
+    inner = outer / "inner"  # no quota of its own: its parent's holds
+    inner.mkdir(parents=True)
+    try:
+        (outer / "cpu.cfs_period_us").write_text("100000")
+        (outer / "cpu.cfs_quota_us").write_text("100000")
+
+        def join() -> None:
+            (inner / "cgroup.procs").write_text(str(os.getpid()))
+
+        limited = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, preexec_fn=join
+        )
+        assert limited.returncode == 0, limited.stderr
+        assert limited.stdout.strip() == "1"
+        (outer / "cpu.cfs_quota_us").write_text("250000")  # 2.5 CPUs: 3, or the affinity
+        more = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, preexec_fn=join
+        )
+        assert more.stdout.strip() == str(min(3, len(os.sched_getaffinity(0))))
+    finally:
+        inner.rmdir()
+        outer.rmdir()
+
+
+def test_cgroup_quotas_are_read_as_each_version_writes_them(tmp_path: Path) -> None:
+    """cgroup v2 (cpu.max, the smallest on the way up) and v1 in a container without its
+    own cgroup namespace (its path is the host's; its mount holds its own cgroup), from
+    files laid out as the kernel lays them out: this machine has only one of the versions."""
+    proc = tmp_path / "cgroup"
+    v2 = tmp_path / "v2"
+    (v2 / "kubepods" / "pod1" / "ctr").mkdir(parents=True)
+    (v2 / "kubepods" / "cpu.max").write_text("150000 100000\n")
+    (v2 / "kubepods" / "pod1" / "ctr" / "cpu.max").write_text("max 100000\n")
+    proc.write_text("0::/kubepods/pod1/ctr\n")
+    assert worker_processes.cgroup_cpu_quota(proc, v2) == 1.5
+    (v2 / "kubepods" / "cpu.max").write_text("max 100000\n")
+    assert worker_processes.cgroup_cpu_quota(proc, v2) is None  # no limit anywhere
+
+    v1 = tmp_path / "v1"
+    (v1 / "cpu,cpuacct").mkdir(parents=True)
+    (v1 / "cpu,cpuacct" / "cpu.cfs_quota_us").write_text("200000\n")
+    (v1 / "cpu,cpuacct" / "cpu.cfs_period_us").write_text("100000\n")
+    proc.write_text("12:cpu,cpuacct:/docker/0123abcd\n1:name=systemd:/docker/0123abcd\n")
+    assert worker_processes.cgroup_cpu_quota(proc, v1) == 2.0
+    (v1 / "cpu,cpuacct" / "cpu.cfs_quota_us").write_text("-1\n")
+    assert worker_processes.cgroup_cpu_quota(proc, v1) is None
+    assert worker_processes.cgroup_cpu_quota(tmp_path / "absent", v1) is None
