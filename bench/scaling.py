@@ -22,6 +22,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from bench.compare import PEER_NAMES
 from bench.figures import Figure, Target, ratio_of, rounded
 from bench.runs import OurRun, PeerRun, run_langgraph, run_ticketgraph
 from bench.services import Provider, ProviderCost
@@ -31,7 +32,6 @@ from bench.workload import build
 
 POOL = 16
 LATENCY_MS = 0
-PEER_NAMES = {"langgraph": "LangGraph in memory", "langgraph_sqlite": "LangGraph + SQLite"}
 QUICK_SIZES = (100, 300, 2000)
 # The big run's estimate: the base run's span per ticket × N × MARGIN, plus its start and
 # stop, plus FIXED_S for building the workspace. Measured: 10,000 tickets took 0.84–1.04× the

@@ -22,16 +22,14 @@ import socket
 import sys
 import time
 import traceback
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from celery import Celery, signals
 from celery.utils.log import get_logger
 from celery.worker import WorkController
 from celery.worker import state as worker_state
 
-from orchestrator.broker import control, heartbeat
+from orchestrator.broker import control, cpu_quota, heartbeat
 from orchestrator.broker.pool import TaskPool
 from orchestrator.broker.redis_server import die_with_parent
 from orchestrator.errors import BrokerError
@@ -143,76 +141,8 @@ def cores() -> int:
         allowed = len(os.sched_getaffinity(0)) or 1
     except (AttributeError, OSError):  # no affinity on this platform
         allowed = os.cpu_count() or 1
-    quota = cgroup_cpu_quota()
+    quota = cpu_quota.of_this_process()
     return allowed if quota is None else max(1, min(allowed, math.ceil(quota)))
-
-
-CGROUP_ROOT = Path("/sys/fs/cgroup")
-# Where cgroup v1 mounts its cpu controller, by distribution; v2's files are in its root.
-_V1_CPU = ("cpu", "cpu,cpuacct", "cpuacct,cpu")
-_V2 = ("", "unified")
-
-
-def cgroup_cpu_quota(
-    proc_cgroup: Path = Path("/proc/self/cgroup"), root: Path = CGROUP_ROOT
-) -> float | None:
-    """The CPUs this process's cgroup may use (quota / period, the smallest on its way up
-    to the hierarchy's root), or None where no quota is set or there are no cgroups."""
-    try:
-        lines = proc_cgroup.read_text().splitlines()
-    except OSError:
-        return None
-    found: list[float] = []
-    for line in lines:
-        parts = line.split(":", 2)
-        if len(parts) != 3:
-            continue
-        _, controllers, path = parts
-        if controllers == "":  # v2: "0::/path"
-            found += _limits(root, _V2, path, _v2_limit)
-        elif "cpu" in controllers.split(","):
-            found += _limits(root, _V1_CPU, path, _v1_limit)
-    return min(found) if found else None
-
-
-def _limits(
-    root: Path, mounts: tuple[str, ...], path: str, limit: Callable[[Path], float | None]
-) -> list[float]:
-    """The quota of every cgroup from `path` up to the mount's root, where one is set. In a
-    container without its own cgroup namespace `path` names a host folder the container does
-    not see: its mount then holds the container's cgroup itself."""
-    found = []
-    for mount in (root / m for m in mounts):
-        if not mount.is_dir():
-            continue
-        folder = mount / path.lstrip("/")
-        if not folder.is_dir():
-            folder = mount
-        for level in (folder, *folder.parents):
-            if (cpus := limit(level)) is not None:
-                found.append(cpus)
-            if level == mount:
-                break
-    return found
-
-
-def _v2_limit(folder: Path) -> float | None:
-    """cpu.max: "QUOTA PERIOD" in µs, or "max PERIOD" for none."""
-    try:
-        quota, period = (folder / "cpu.max").read_text().split()
-    except (OSError, ValueError):
-        return None
-    return None if quota == "max" else int(quota) / int(period)
-
-
-def _v1_limit(folder: Path) -> float | None:
-    """cpu.cfs_quota_us (-1 for none) over cpu.cfs_period_us."""
-    try:
-        quota = int((folder / "cpu.cfs_quota_us").read_text())
-        period = int((folder / "cpu.cfs_period_us").read_text())
-    except (OSError, ValueError):
-        return None
-    return None if quota <= 0 or period <= 0 else quota / period
 
 
 def start(app: Celery, name: str, processes: int, threads: int, loglevel: str = "WARNING") -> Fleet:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.broker import embedded, worker_processes
+from orchestrator.broker import cpu_quota, embedded, worker_processes
 from orchestrator.broker.app import configure
 from orchestrator.config.environment import GraphSettings
 from workers.settings import HarnessSettings
@@ -188,16 +188,16 @@ def test_cgroup_quotas_are_read_as_each_version_writes_them(tmp_path: Path) -> N
     (v2 / "kubepods" / "cpu.max").write_text("150000 100000\n")
     (v2 / "kubepods" / "pod1" / "ctr" / "cpu.max").write_text("max 100000\n")
     proc.write_text("0::/kubepods/pod1/ctr\n")
-    assert worker_processes.cgroup_cpu_quota(proc, v2) == 1.5
+    assert cpu_quota.of_this_process(proc, v2) == 1.5
     (v2 / "kubepods" / "cpu.max").write_text("max 100000\n")
-    assert worker_processes.cgroup_cpu_quota(proc, v2) is None  # no limit anywhere
+    assert cpu_quota.of_this_process(proc, v2) is None  # no limit anywhere
 
     v1 = tmp_path / "v1"
     (v1 / "cpu,cpuacct").mkdir(parents=True)
     (v1 / "cpu,cpuacct" / "cpu.cfs_quota_us").write_text("200000\n")
     (v1 / "cpu,cpuacct" / "cpu.cfs_period_us").write_text("100000\n")
     proc.write_text("12:cpu,cpuacct:/docker/0123abcd\n1:name=systemd:/docker/0123abcd\n")
-    assert worker_processes.cgroup_cpu_quota(proc, v1) == 2.0
+    assert cpu_quota.of_this_process(proc, v1) == 2.0
     (v1 / "cpu,cpuacct" / "cpu.cfs_quota_us").write_text("-1\n")
-    assert worker_processes.cgroup_cpu_quota(proc, v1) is None
-    assert worker_processes.cgroup_cpu_quota(tmp_path / "absent", v1) is None
+    assert cpu_quota.of_this_process(proc, v1) is None
+    assert cpu_quota.of_this_process(tmp_path / "absent", v1) is None
