@@ -6,6 +6,7 @@ The suite runs for real (quick, sections d and e: about 20 s); nothing here asse
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -24,6 +25,7 @@ REPO = Path(__file__).resolve().parents[2]
 TARGETS = {
     "d.pool2.fanout_ms": ("<=", 1.3 * 243),
     "d.pool2.command_s": ("<=", 0.8),
+    "d.pool2.command_over_langgraph": ("<=", 0.8),
     "e.small.max_bytes": ("<", 2048),
     "e.big.max_bytes": ("<", 2048),
     "e.max_difference_bytes": ("<=", 1024),
@@ -83,6 +85,20 @@ def test_each_target_figure_has_a_number_its_target_and_the_ratio_to_it(
     for key in REFERENCES:
         assert isinstance(by_key[key]["value"], int | float), key
         assert by_key[key]["target"] is None and by_key[key]["verdict"] == "-"
+
+
+@pytest.mark.timeout(200)
+def test_the_demo_is_measured_against_langgraphs_process_run_as_often(
+    suite: tuple[dict[str, Any], str],
+) -> None:
+    """One LangGraph run a round beside ours, and the ratio is that of the two medians."""
+    report, _table = suite
+    raw = report["sections"]["d"]["raw"]
+    ours = [r["command_wall_s"] for r in raw["2"]["runs"]]
+    theirs = [p["process_wall_s"] for p in raw["langgraph"]]
+    assert len(theirs) == len(ours) == 2  # --quick: two rounds
+    ratio = figures(report)["d.pool2.command_over_langgraph"]["value"]
+    assert ratio == pytest.approx(statistics.median(ours) / statistics.median(theirs), abs=2e-3)
 
 
 @pytest.mark.timeout(200)
