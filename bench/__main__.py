@@ -6,7 +6,7 @@ Sections (`--only a,c` picks some):
   b  N = 1,000, pool 32, 50 ms, distributed: 1 worker process vs 2 (3 runs each, medians)
   c  latency 0: wall and CPU per ticket at 1,000 and 10,000; bytes per ticket; peak RSS per
      process; CPU per ticket of ours and the LangGraph peers on one provider process
-  d  the demo: fan-out ms and whole-command wall (5 runs)
+  d  the demo: fan-out ms and whole-command wall (5 runs), over the LangGraph peer's process
   e  broker bytes per task message with 1 KB and 100 KB drafts
   f  harness overhead per turn
   g  the web view: server time of a 10,000-ticket run page and of a 1,000-run list
