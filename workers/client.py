@@ -261,10 +261,12 @@ class ModelClient:
 
     @functools.cached_property
     def where(self) -> str:
-        """The endpoint, without credentials, for messages (made once: a request's errors
-        name it, and parsing the URL again for every request cost more than the JSON)."""
+        """The endpoint, without credentials, query or fragment (never sent), for messages
+        (made once: a request's errors name it, and parsing the URL again for every request
+        cost more than the JSON)."""
         url = httpx.URL(self.settings.base_url or "")
-        return str(url.copy_with(username=None, password=None, query=None)).rstrip("/")
+        shown = url.copy_with(username=None, password=None, query=None, fragment=None)
+        return str(shown).rstrip("/")
 
     @functools.cached_property
     def endpoint(self) -> str:

@@ -122,6 +122,15 @@ def test_a_refused_connection_names_the_url_and_is_retried() -> None:
     assert url in str(caught.value) and caught.value.retryable
 
 
+def test_a_fragment_in_the_base_url_is_left_out_of_the_url_errors_name() -> None:
+    """A fragment is never sent; the endpoint an error names is the URL requests go to, not
+    `.../v1#part/chat/completions`."""
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    with pytest.raises(ProviderError, match=r"cannot reach") as caught:
+        _client(f"{url}#part", max_retries=0).complete("m", HELLO, [])
+    assert f"{url}/chat/completions:" in str(caught.value) and "#" not in str(caught.value)
+
+
 def test_a_read_timeout_names_the_setting(tmp_path: Path) -> None:
     with (
         running_provider(_scripted(tmp_path, [], latency_ms=3000)) as url,
