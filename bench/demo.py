@@ -35,7 +35,7 @@ TICKETS = 6
 
 
 def run(ctx: Context, section: Section) -> None:
-    """Alternate pool 2 and pool 1 runs; then the seed script and the LangGraph peer."""
+    """Rounds of a pool 2 run, a pool 1 run and a LangGraph peer run; then the seed script."""
     section.title = "the demo: `ticketgraph init` + `ticketgraph run`, 6 tickets, 60 ms"
     runs: dict[int, list[OurRun]] = {pool: [] for pool in POOLS}
     peers: list[PeerRun] = []
@@ -99,7 +99,8 @@ def _figures(
     command = median(r.process.wall_s for r in good[2][0])
     count = f"median of {len(good[2][0])}"
     peer_problem = next((p.problem for p in peers if p.problem), "")
-    peer_s = median(p.process_wall_s for p in peers if not p.problem)
+    good_peers = [p for p in peers if not p.problem]
+    peer_s = median(p.process_wall_s for p in good_peers)
     within = Target("<=", 1.3 * SEED_FANOUT_MS[2], "within 1.3× of the seed's 243 ms")
     return [
         Figure(
@@ -121,12 +122,13 @@ def _figures(
         ),
         Figure(
             "pool2.command_over_langgraph",
-            f"whole command / LangGraph's process ({count}, {len(peers)})",
+            f"whole command / LangGraph's process (medians of {len(good[2][0])} and "
+            f"{len(good_peers)})",
             rounded(ratio_of(command, peer_s)),
             "×",
             Target("<=", 0.8, "≤ 0.8× (#21: 0.8 s where LangGraph took 1.0 s)"),
             valid=not (problem or peer_problem),
-            note=peer_problem,
+            note=problem or peer_problem,
         ),
         Figure("pool1.fanout_ms", "fan-out ms, pool 1 (seed: 486 ms)", fanout[1], "ms"),
         Figure(
