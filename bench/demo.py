@@ -98,8 +98,7 @@ def _figures(
     fanout = {pool: median(r.node_ms.get("fanout") for r in ok) for pool, (ok, _) in good.items()}
     command = median(r.process.wall_s for r in good[2][0])
     count = f"median of {len(good[2][0])}"
-    peer_problem = next((p.problem for p in peers if p.problem), "")
-    good_peers = [p for p in peers if not p.problem]
+    good_peers, peer_problem = usable(peers)
     peer_s = median(p.process_wall_s for p in good_peers)
     within = Target("<=", 1.3 * SEED_FANOUT_MS[2], "within 1.3× of the seed's 243 ms")
     return [
@@ -137,14 +136,15 @@ def _figures(
             rounded(ratio_of(fanout[1], fanout[2])),
             "×",
         ),
-        *_peer_figures(peers, seed_ms, seed_note),
+        *_peer_figures(good_peers, peer_problem, seed_ms, seed_note),
     ]
 
 
-def _peer_figures(peers: list[PeerRun], seed_ms: float | None, seed_note: str) -> list[Figure]:
-    """The seed script's live fan-out and the LangGraph peer's walls (medians), for reference."""
-    ok = [p for p in peers if not p.problem]
-    problem = next((p.problem for p in peers if p.problem), "")
+def _peer_figures(
+    ok: list[PeerRun], problem: str, seed_ms: float | None, seed_note: str
+) -> list[Figure]:
+    """The seed script's live fan-out and the LangGraph peer's walls (medians of the runs
+    that went right), for reference."""
     return [
         Figure(
             "seed.fanout_ms", "seed script, live: fan-out ms, pool 2", seed_ms, "ms", note=seed_note

@@ -14,7 +14,7 @@ import sys
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from bench.services import REPO, child_env, ticketgraph
 from bench.watch import BLOCK_BYTES, Watched, run_watched
@@ -81,10 +81,13 @@ class OurRun:
         }
 
 
-def usable(runs: list[OurRun]) -> tuple[list[OurRun], str]:
-    """The runs that gave the expected verdict, and a note on those that did not."""
-    ok = [r for r in runs if r.ok]
-    failed = [r for r in runs if not r.ok]
+Run = TypeVar("Run", "OurRun", "PeerRun")
+
+
+def usable(runs: list[Run]) -> tuple[list[Run], str]:
+    """The runs (ours or a peer's) that went as expected, and a note on those that did not."""
+    ok = [r for r in runs if not r.problem]
+    failed = [r for r in runs if r.problem]
     if not failed:
         return ok, ""
     return ok, f"{len(failed)}/{len(runs)} runs wrong: {failed[0].problem}"
