@@ -59,7 +59,10 @@ def _renamed_into_place() -> Iterator[list[tuple[str, str]]]:
     try:
         yield temps
         for tmp, path in temps:
-            os.replace(tmp, path)
+            try:
+                os.replace(tmp, path)
+            except OSError as exc:  # the temp's name would point at a file nobody knows
+                raise _naming(exc, path) from exc
     except BaseException:
         for tmp, _target in temps:
             _unlink(tmp)
@@ -138,7 +141,9 @@ def _link(source: str, target: str) -> str | None:
         except OSError as exc:
             if exc.errno in _NO_LINK:
                 raise _NoLink from exc
-            raise
+            # The new name is what failed (a read-only or full target folder), not the
+            # source the error names first.
+            raise _naming(exc, target) from exc
 
 
 def _write_temp(target: str, text: Content, fsync: bool) -> str:
@@ -206,7 +211,8 @@ def _write_all(fd: int, data: bytes, target: str) -> None:
 
 
 def _naming(exc: OSError, target: str) -> OSError:
-    """A failed write() or fsync() names no file: the same error, naming `target`."""
+    """A failed write() or fsync() names no file, a failed link() or rename() its source
+    first: the same error, naming `target`."""
     return OSError(exc.errno, exc.strerror, str(target))
 
 

@@ -164,9 +164,21 @@ def verdict(record: RunRecord) -> str:
     }.get(record.exit_code, record.status.value)  # type: ignore[arg-type]
     code = "still running" if record.exit_code is None else f"exit {record.exit_code}"
     why = f" ({record.error})" if record.error else ""
+    back = f"; {way_back(record)}" if record.exit_code == ExitCode.CRASHED else ""
     return (
         f"run {record.run_id}: {code}, {meaning}{why}; {plural(len(record.tickets), 'ticket')}"
-        f"{': ' + counts if counts else ''}; ${cost:.4f}\n"
+        f"{': ' + counts if counts else ''}; ${cost:.4f}{back}\n"
+    )
+
+
+def way_back(run: RunMeta | RunStore) -> str:
+    """Where a crashed run's tickets are, and the commands that finish the run or put them
+    back in inbox/ (the last words of a crash: nothing else says where inbox/ went)."""
+    workspace, where = _workspace_of(run)
+    claimed = Path(workspace if where else ".") / "runs" / run.run_id / "claimed"
+    return (
+        f"its tickets are in {claimed}/: `{resume_command(run)}` once fixed, or "
+        f"`ticketgraph requeue {run.run_id}{where}` puts them back in inbox/"
     )
 
 
@@ -271,7 +283,8 @@ def _unwritable(store: RunStore, exc: Exception) -> int:
     """The run's files could not be written: say what and where, and how to go on (exit 3)."""
     print(
         f"run {store.run_id}: crashed ({exc})\n"
-        f"Once it can be written again, finish it with: {resume_command(store)}",
+        f"Once it can be written again, finish it with: {resume_command(store)}\n"
+        f"run {store.run_id}: exit 3, crashed; {way_back(store)}",
         file=sys.stderr,
     )
     return ExitCode.CRASHED
@@ -280,10 +293,14 @@ def _unwritable(store: RunStore, exc: Exception) -> int:
 def resume_command(run: RunMeta | RunStore) -> str:
     """The command that resumes this run from where the user stands (with --workspace when
     that is not the current folder)."""
+    return f"ticketgraph resume {run.run_id}{_workspace_of(run)[1]}"
+
+
+def _workspace_of(run: RunMeta | RunStore) -> tuple[Path, str]:
+    """The run's workspace, and the `--workspace` a command needs to name it from here."""
     workspace = Path(run.workspace) if isinstance(run, RunMeta) else run.dir.parent.parent
     here = Path.cwd().resolve()
-    where = "" if workspace.resolve() == here else f" --workspace {workspace}"
-    return f"ticketgraph resume {run.run_id}{where}"
+    return workspace, "" if workspace.resolve() == here else f" --workspace {workspace}"
 
 
 def plural(count: int, noun: str) -> str:

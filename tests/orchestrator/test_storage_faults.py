@@ -91,6 +91,29 @@ def test_a_run_folder_that_turns_read_only_mid_run_crashes_the_run_and_resume_fi
     assert ticket_rows(state(demo)) == REFERENCE_TICKETS
 
 
+def test_an_out_folder_that_turns_read_only_mid_run_is_the_path_the_crash_names(
+    demo: Path, llm: str, cli: Cli, tmp_path: Path
+) -> None:
+    """Merge cannot publish into out/: the crash names out/'s file (not the draft it links
+    from, which is writable), its last line says where the tickets are and how to get them
+    back, and `resume` finishes the run once out/ is writable again."""
+    log = tmp_path / "run.log"
+    run = start_run(demo, {"LLM_BASE_URL": llm}, log)
+    _wait_for(lambda: _served(llm) >= 2, 60, "drafting to start")  # merge has not run
+    run_id = state(demo)["run_id"]
+    with read_only(demo / "out") as expected:
+        assert run.wait(90) == 3, log.read_text()[-3000:]
+    text = log.read_text()
+    last = text.strip().splitlines()[-1]
+    assert f"{expected}: {demo / 'out'}/T-" in last and "/drafts/" not in last, last
+    assert f"its tickets are in runs/{run_id}/claimed/" in last, last
+    assert f"`ticketgraph requeue {run_id}` puts them back in inbox/" in last, last
+    assert "Traceback" not in text
+    resumed = cli("resume", run_id, cwd=demo, env={"LLM_BASE_URL": llm})
+    assert resumed.returncode == 1, resumed.stdout + resumed.stderr
+    assert ticket_rows(state(demo)) == REFERENCE_TICKETS
+
+
 def test_an_unwritable_out_folder_is_found_before_anything_is_paid(
     demo: Path, llm: str, cli: Cli
 ) -> None:
