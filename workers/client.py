@@ -15,8 +15,10 @@ from __future__ import annotations
 import base64
 import functools
 import http.client
+import ipaddress
 import json
 import os
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -46,7 +48,7 @@ from workers.wire import anthropic as anthropic_wire
 from workers.wire import openai as openai_wire
 from workers.wire.reply import ModelReply, RequestParams
 
-__all__ = ["ModelClient", "ModelReply", "RequestParams"]
+__all__ = ["ModelClient", "ModelReply", "RequestParams", "refused"]
 
 KEEPALIVE_S = 2.0
 MAX_RETRY_WAIT_S = 30.0
@@ -330,6 +332,49 @@ class ModelClient:
         finally:
             response.close()
         return Answer(response.status_code, response.headers, response.content)
+
+
+def refused(settings: HarnessSettings) -> str | None:
+    """Why the endpoint turns a connection away, if it does (a model server that is not
+    started): one TCP connection to it, closed at once, no request sent. Tried only where
+    it answers at once and for certain: an endpoint reached directly (no proxy from the
+    environment) at an IP address or `localhost`, so no name lookup can hang. None when a
+    connection opens, or when it cannot be told that cheaply (a host name, a proxy, a
+    timeout: a slow network may still answer the run's requests)."""
+    url = httpx.URL(settings.base_url or "")
+    host = url.host
+    if not _named_locally(host) or _proxied(url.scheme, host):
+        return None
+    port = url.port or (443 if url.scheme == "https" else 80)
+    try:
+        socket.create_connection((host, port), timeout=min(settings.connect_timeout_s, 3)).close()
+    except ConnectionRefusedError:
+        return f"connection refused at {host}:{port}"
+    except OSError:
+        return None
+    return None
+
+
+def _named_locally(host: str) -> bool:
+    """True for an IP address or localhost: reached without asking a name server."""
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+def _proxied(scheme: str, host: str) -> bool:
+    """True if the environment sends requests to `host` through a proxy (HTTP_PROXY,
+    HTTPS_PROXY, ALL_PROXY, less NO_PROXY), as httpx reads it."""
+    import urllib.request  # asked once a run, before it claims: not worth every import
+
+    proxies = urllib.request.getproxies_environment()
+    if not (proxies.get(scheme) or proxies.get("all")):
+        return False
+    return not urllib.request.proxy_bypass_environment(host, proxies)
 
 
 def under(base: httpx.URL, path: str) -> httpx.URL:

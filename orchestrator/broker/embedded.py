@@ -18,8 +18,8 @@ from celery import Celery
 from orchestrator.broker import worker_processes
 from orchestrator.broker.app import configure
 from orchestrator.broker.redis_server import RedisServer, free_port
+from orchestrator.config import endpoint
 from orchestrator.config.environment import GraphSettings
-from orchestrator.errors import BrokerError
 from orchestrator.workspace import Workspace
 from workers.settings import HarnessSettings
 
@@ -54,11 +54,8 @@ def cluster(
 ) -> Iterator[Celery]:
     """Redis, workers and the model endpoint for one run; yields the configured app."""
     scripted = not llm.base_url
-    if scripted and not workspace.scenarios.exists():
-        raise BrokerError(
-            "no model endpoint: set LLM_BASE_URL, or add scripted scenarios at "
-            f"{workspace.scenarios}"
-        )
+    # `run` and `resume` asked before anything was claimed; asked again for a file gone since.
+    endpoint.require(workspace, settings, llm)
     port = free_port() if scripted else 0
     live = llm.model_copy(update={"base_url": f"http://{LOOPBACK}:{port}/v1"}) if scripted else llm
     redis_server = RedisServer()

@@ -59,7 +59,8 @@ POOL_SIZE threads in all) start for this command and stop after it. With
 TICKETGRAPH_BROKER_URL (or --broker) the run is submitted to that Redis and this command
 waits for the verdict from `ticketgraph worker` processes, which must see the workspace at
 the same path (a shared volume). With no LLM_BASE_URL, the workspace's scenarios/demo.yaml
-is served by the scripted provider (embedded runs only)."""
+is served by the scripted provider (embedded runs only); with neither, or an LLM_BASE_URL on
+this machine that refuses connections, nothing is claimed (exit 78)."""
 
 
 class _Formatter(click.HelpFormatter):
@@ -421,8 +422,9 @@ def check_workspace(workspace: Path) -> int:
     """Check a workspace and show what each category would run (claims and pays nothing).
 
     Check the workspace as `run` does before it claims anything: ticketgraph.toml (every
-    table and key), each worker's prompt, the tools and checks it imports, each template,
-    the routing prompt; then print each category's worker (model, caps, tools, readable
+    table and key), each worker's prompt, the tools and checks it imports, the model
+    endpoint (LLM_BASE_URL, or scripted replies to try it offline), each template, the
+    routing prompt; then print each category's worker (model, caps, tools, readable
     files) or template. Exit 0 when a run would start, 78 naming the first problem.
     """
     from orchestrator.config import check
@@ -461,13 +463,18 @@ def resume(run_id: str, opts: RunOptions, retry_failed: str, wait: bool) -> int:
     """
     with _loading():
         from orchestrator.cli import console
+        from orchestrator.config import endpoint
         from orchestrator.plan import submission, tasks
         from orchestrator.run import lease, retry
         from orchestrator.run.store import find
+        from orchestrator.workspace import Workspace
+        from workers.settings import HarnessSettings
 
     shown = _shown(opts)
     settings = _checked_settings(opts.broker, opts.timeout)
     store = find(opts.workspace, run_id)
+    workspace = Workspace(opts.workspace)
+    endpoint.require(workspace, settings, HarnessSettings())
     submission.require_workers(settings, opts.wait_for_workers)
     lease.wait_free(store, wait, say=lambda line: print(line, flush=True))
     lease.acquire(store, "distributed" if settings.broker_url else "embedded")

@@ -1,16 +1,16 @@
 """`ticketgraph check`: what a workspace would run, checked the way `run` checks it before it
 claims anything (ticketgraph.toml, its prompts and templates, the tools and checks it
-imports, the routing prompt), and shown category by category, without claiming a ticket or
-paying for a model call."""
+imports, the model endpoint or scripted replies, the routing prompt), and shown category by
+category, without claiming a ticket or paying for a model call."""
 
 from __future__ import annotations
 
-from orchestrator.config import layers
+from orchestrator.config import endpoint, layers
 from orchestrator.config.environment import GraphSettings
 from orchestrator.run.records import RunConfig, WorkerSpec
 from orchestrator.steps import agent, declarations, prompts
 from orchestrator.workspace import CONFIG_FILE, Workspace
-from workers.settings import HarnessSettings, masked
+from workers.settings import HarnessSettings
 
 
 def check(workspace: Workspace, settings: GraphSettings, llm: HarnessSettings) -> str:
@@ -20,6 +20,7 @@ def check(workspace: Workspace, settings: GraphSettings, llm: HarnessSettings) -
     effective = layers.load(workspace, settings, llm)
     config = layers.run_config(workspace, effective, settings, llm)
     found = declarations.load(workspace.root, config)
+    model = endpoint.require(workspace, settings, llm)
     agent.role_of(config, "router")  # the router's settings resolve
     routing = prompts.ROUTER.format(categories=agent.categories_text(config))
     lines = [f"{workspace.root / CONFIG_FILE}: ok, nothing claimed or paid"]
@@ -31,7 +32,7 @@ def check(workspace: Workspace, settings: GraphSettings, llm: HarnessSettings) -
             lines.append(f"  {name}: template, {len(config.templates[name])} characters")
     checks = ", ".join(config.checks) or "none of your own"
     lines.append(f"  gate: {len(config.filler_phrases)} filler phrases; checks: {checks}")
-    lines.append(f"  model endpoint: {_endpoint(workspace, llm)}")
+    lines.append(f"  model endpoint: {model}")
     lines.append(f"  {_budget(config, llm)}")
     lines.append(f"  fingerprint: {found.fingerprint[:16]} (every worker must load the same)")
     return "\n".join(lines) + "\n"
@@ -74,11 +75,3 @@ def _budget(config: RunConfig, llm: HarnessSettings) -> str:
         if value is not None
     ]
     return f"{spend}; endpoint caps: {', '.join(caps) or 'none'}"
-
-
-def _endpoint(workspace: Workspace, llm: HarnessSettings) -> str:
-    if llm.base_url:
-        return f"{masked(llm.base_url)} ({llm.api} API)"
-    if workspace.scenarios.exists():
-        return f"none set: `run` serves the scripted replies of {workspace.scenarios.name}"
-    return "none set: `run` needs LLM_BASE_URL (this workspace has no scripted replies)"

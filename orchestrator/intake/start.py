@@ -11,7 +11,7 @@ import time
 from collections.abc import Iterator
 from datetime import datetime
 
-from orchestrator.config import layers
+from orchestrator.config import endpoint, layers
 from orchestrator.config.environment import GraphSettings
 from orchestrator.errors import UsageError
 from orchestrator.intake import claims, inbox
@@ -26,8 +26,8 @@ from workers.trace import now_iso
 
 def start(workspace: Workspace, settings: GraphSettings, plan: Plan) -> RunStore | None:
     """Claim what inbox/ holds into a new run of `plan` and write the run's first records;
-    None if there was nothing to claim (no run folder is left behind). Every setting is
-    checked before anything is claimed."""
+    None if there was nothing to claim (no run folder is left behind). Every setting and the
+    model endpoint are checked before anything is claimed."""
     llm = HarnessSettings()
     if not workspace.inbox.is_dir():
         raise UsageError(
@@ -40,6 +40,7 @@ def start(workspace: Workspace, settings: GraphSettings, plan: Plan) -> RunStore
     run_config.nodes = plan.reported_nodes
     # The tools and checks it declares, imported now: one that cannot be is exit 78 here.
     run_config.fingerprint = declarations.load(workspace.root, run_config).fingerprint
+    endpoint.require(workspace, settings, llm)
     limits = inbox.InboxRules(**effective.inbox.model_dump())
     names = inbox.claimable(workspace.inbox, time.time(), limits)
     if not names:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.exit_codes import ExitCode
 from tests.orchestrator.conftest import (
     Cli,
     demo_scripts,
@@ -166,17 +167,22 @@ def test_a_bad_setting_is_one_sentence_naming_it_before_anything_is_claimed(
         assert harness.returncode == 78 and variable in harness.stderr
 
 
-def test_a_provider_failure_is_exit_3_in_the_harness_as_in_the_graph(demo: Path, cli: Cli) -> None:
-    """The endpoint is down: the harness and the graph's router both exit 3, and say on
-    stderr which URL failed."""
+def test_an_endpoint_that_refuses_connections_fails_the_harness_and_stops_a_run_unclaimed(
+    demo: Path, cli: Cli
+) -> None:
+    """The endpoint is down: the harness exits 3, and `run` refuses before it claims
+    anything (78, a setting to fix); both say on stderr which URL failed."""
     from orchestrator.broker.redis_server import free_port
 
     url = f"http://127.0.0.1:{free_port()}/v1"
     env = {"LLM_BASE_URL": url, "LLM_MAX_RETRIES": "0"}
+    inbox = sorted(p.name for p in (demo / "inbox").iterdir())
     harness = cli("harness", "plan", cwd=demo, env=env)
     graph = cli("run", cwd=demo, env=env)
-    assert harness.returncode == graph.returncode == 3, harness.stderr + graph.stderr
+    assert harness.returncode == 3, harness.stderr
+    assert graph.returncode == ExitCode.CONFIG, graph.stdout + graph.stderr
     assert url in harness.stderr and url in graph.stderr
+    assert sorted(p.name for p in (demo / "inbox").iterdir()) == inbox
 
 
 def test_the_harness_charges_llm_prices(demo: Path, cli: Cli) -> None:

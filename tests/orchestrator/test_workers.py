@@ -299,17 +299,26 @@ def test_every_category_needs_a_worker_or_a_template(demo: Path, cli: Cli) -> No
     )
 
 
-def test_init_minimal_then_check_passes_and_shows_each_category(cli: Cli, tmp_path: Path) -> None:
+def test_init_minimal_then_check_passes_with_a_model_and_shows_each_category(
+    cli: Cli, tmp_path: Path
+) -> None:
+    """A fresh minimal workspace has no model yet: `check` says so (78, as `run` would);
+    with LLM_BASE_URL set to a server that answers, it passes and shows each category."""
     made = cli("init", "mine", "--template", "minimal", cwd=tmp_path)
     assert made.returncode == 0, made.stderr
     mine = tmp_path / "mine"
     assert not (mine / "scenarios").exists() and (mine / "my_tools.py").exists()
-    checked = cli("check", "--workspace", str(mine), cwd=tmp_path)
+    no_model = cli("check", "--workspace", str(mine), cwd=tmp_path)
+    assert no_model.returncode == ExitCode.CONFIG, no_model.stdout + no_model.stderr
+    assert "set LLM_BASE_URL" in no_model.stderr and "offline" in no_model.stderr
+    with running_provider("harness") as url:
+        env = {"LLM_BASE_URL": url}
+        checked = cli("check", "--workspace", str(mine), cwd=tmp_path, env=env)
     assert checked.returncode == 0, checked.stderr
     assert "orders: worker" in checked.stdout and "tools: order_status" in checked.stdout
     assert "account: worker" in checked.stdout and "search_files, read_file" in checked.stdout
     assert "other: template" in checked.stdout
-    assert "needs LLM_BASE_URL" in checked.stdout
+    assert f"model endpoint: {url}" in checked.stdout
     nothing = [p for p in mine.rglob("*") if p.is_file() and p.parent.name in ("runs", "out")]
     assert nothing == []  # checked, not run
 
