@@ -38,12 +38,22 @@ def claim(workspace: Workspace, store: RunStore, names: list[str]) -> list[str]:
     return got
 
 
-def quarantine(workspace: Workspace, store: RunStore, rejection: inbox.Rejection) -> RejectedFile:
-    """Move a claimed file that is not a ticket to quarantine/, with its reason beside it."""
+def quarantine(
+    workspace: Workspace, store: RunStore, rejection: inbox.Rejection, taken: set[str]
+) -> RejectedFile:
+    """Move a claimed file that is not a ticket to quarantine/, with its reason beside it,
+    named apart from every name in `taken` (the run's own files, the reasons named so far;
+    the new one is added)."""
     folder = workspace.quarantine / store.run_id
     folder.mkdir(parents=True, exist_ok=True)
+    reason = inbox.reason_name(rejection.name, taken)
+    taken.add(reason)
     os.rename(store.claimed_dir / rejection.name, folder / rejection.name)
-    inbox.write_reason(folder, rejection, store.run_id)
+    inbox.write_reason(folder / reason, rejection, store.run_id)
+    return _rejected_file(workspace, folder, rejection)
+
+
+def _rejected_file(workspace: Workspace, folder: Path, rejection: inbox.Rejection) -> RejectedFile:
     relative = os.path.relpath(folder / rejection.name, workspace.root)
     # A name that is not valid UTF-8 stays as it is on disk and is escaped in the records.
     return RejectedFile(

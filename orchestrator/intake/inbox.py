@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import hashlib
 import os
 import stat
 from pathlib import Path
@@ -37,6 +38,7 @@ __all__ = [
     "claimable",
     "dedupe",
     "inspect",
+    "reason_name",
     "route_text",
     "write_reason",
 ]
@@ -266,9 +268,9 @@ def _duplicate(ticket: Ticket, first: Ticket) -> Rejection:
     return Rejection(name=ticket.name, kind=problem.kind, reason=_reason(ticket.name, problem))
 
 
-def write_reason(quarantine_dir: Path, rejection: Rejection, run_id: str) -> Path:
-    """Write `<name>.reason` (reason, kind, run id, UTC time) beside the quarantined file."""
-    path = quarantine_dir / _reason_name(rejection.name)
+def write_reason(path: Path, rejection: Rejection, run_id: str) -> Path:
+    """Write the reason file `path` (reason, kind, the file's name, run id, UTC time) for a
+    file going to quarantine (`reason_name` names it)."""
     lines = [
         f"reason: {rejection.reason}",
         f"kind: {rejection.kind.value}",
@@ -280,11 +282,24 @@ def write_reason(quarantine_dir: Path, rejection: Rejection, run_id: str) -> Pat
     return path
 
 
-def _reason_name(name: str) -> str:
-    """`<name>.reason`, the name cut short if needed so the whole fits in REASON_NAME_MAX bytes."""
+def reason_name(name: str, taken: set[str]) -> str:
+    """The name of `name`'s reason file: `<name>.reason`, unless that is a name in `taken`
+    (the run's own files: a customer's `T-1.txt.reason` beside a bad `T-1.txt`) or too long;
+    then the name (cut short to fit REASON_NAME_MAX bytes) and a hash of the whole name,
+    `<name>~<hash>.reason`, so two long names that differ only at the end get two files."""
     suffix = ".reason"
-    head = os.fsencode(name)[: REASON_NAME_MAX - len(suffix)]
-    return os.fsdecode(head) + suffix
+    plain = name + suffix
+    if len(os.fsencode(plain)) <= REASON_NAME_MAX and plain not in taken:
+        return plain
+    whole = os.fsencode(name)
+    digest = hashlib.sha256(whole).hexdigest()[:12]
+    n = 0
+    while True:  # a second number only if a file of the run has this very name
+        tail = f"~{digest}{f'-{n}' if n else ''}{suffix}"
+        candidate = os.fsdecode(whole[: REASON_NAME_MAX - len(tail)]) + tail
+        if candidate not in taken:
+            return candidate
+        n += 1
 
 
 def route_text(text: str, route_chars: int) -> str:

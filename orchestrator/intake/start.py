@@ -85,7 +85,8 @@ def _sort_claimed(
     seen = [inbox.inspect(store.claimed_dir / name, limits) for name in names]
     tickets, duplicates = inbox.dedupe([t for t in seen if isinstance(t, inbox.Ticket)])
     rejections = [r for r in seen if isinstance(r, inbox.Rejection)] + duplicates
-    return tickets, [claims.quarantine(workspace, store, r) for r in rejections]
+    taken = set(names)  # a reason file never takes the name of a file of the run
+    return tickets, [claims.quarantine(workspace, store, r, taken) for r in rejections]
 
 
 def _write_tickets(store: RunStore, tickets: list[inbox.Ticket]) -> None:

@@ -518,8 +518,9 @@ def test_an_eml_the_parser_chokes_on_is_rejected_not_raised(
 
 def test_write_reason_puts_the_reason_beside_the_quarantined_file(tmp_path: Path) -> None:
     rejection = Rejection(name="T-9.txt", kind="empty", reason="T-9.txt is empty (0 bytes)")
-    path = inbox.write_reason(tmp_path / "quarantine", rejection, "run-1")
-    assert path == tmp_path / "quarantine" / "T-9.txt.reason"
+    folder = tmp_path / "quarantine"
+    path = inbox.write_reason(folder / inbox.reason_name("T-9.txt", set()), rejection, "run-1")
+    assert path == folder / "T-9.txt.reason"
     lines = path.read_text().splitlines()
     assert lines[:4] == [
         "reason: T-9.txt is empty (0 bytes)",
@@ -528,8 +529,21 @@ def test_write_reason_puts_the_reason_beside_the_quarantined_file(tmp_path: Path
         "run: run-1",
     ]
     assert lines[4].startswith("at: 20") and lines[4].endswith("Z")
-    long = Rejection(name="x" * 255, kind="bad_name", reason="…")
-    assert inbox.write_reason(tmp_path, long, "run-1").name == "x" * 232 + ".reason"
+
+
+def test_a_reason_name_is_never_a_name_of_the_run_nor_another_long_names_reason() -> None:
+    """`T-7001.txt.reason` is a customer's file beside a bad `T-7001.txt`: the reason goes
+    elsewhere. Two 246-byte names that differ only at the end, cut to fit, stay two."""
+    taken = {"T-7001.txt", "T-7001.txt.reason"}
+    assert inbox.reason_name("T-7001.txt.reason", taken) == "T-7001.txt.reason.reason"
+    moved = inbox.reason_name("T-7001.txt", taken)
+    assert moved.startswith("T-7001.txt~") and moved.endswith(".reason") and moved not in taken
+    first, second = "x" * 241 + "a.txt", "x" * 241 + "b.txt"
+    one, two = inbox.reason_name(first, set()), inbox.reason_name(second, set())
+    assert one != two
+    assert max(len(one.encode()), len(two.encode())) <= inbox.REASON_NAME_MAX
+    assert inbox.reason_name(first, {one}) not in (one, two)  # even its own hash taken
+    assert inbox.reason_name("T-9.txt", set()) == "T-9.txt.reason"  # the usual name
 
 
 def test_route_text_cuts_a_long_ticket_on_a_word_boundary() -> None:

@@ -124,3 +124,32 @@ def test_json_and_email_tickets_go_through_a_whole_run(demo: Path, cli: Cli) -> 
     assert record["tickets"]["T-1002"]["format"] == "eml"
     ticket_text = (demo / "runs" / record["run_id"] / "tickets" / "T-1002.txt").read_text()
     assert "CSV export spins" in ticket_text and "Export CSV" in ticket_text
+
+
+def test_each_quarantined_file_gets_a_reason_of_its_own_whatever_its_name(
+    demo: Path, cli: Cli
+) -> None:
+    """A bad `T-7001.txt` beside a customer's bad `T-7001.txt.reason`, and two bad files
+    with 246-byte names that differ only at the end: every file is kept as it was, and each
+    has its own reason file (none overwritten, none shared)."""
+    for path in (demo / "inbox").iterdir():
+        path.unlink()
+    files = {
+        "T-7001.txt": "",
+        "T-7001.txt.reason": "the customer's own notes",
+        "T-" + "x" * 239 + "a.txt": "a ticket whose name is far too long",
+        "T-" + "x" * 239 + "b.txt": "another one, named the same up to its end",
+    }
+    for name, text in files.items():
+        drop(demo / "inbox", name, text)
+    done = cli("run", cwd=demo)
+    assert done.returncode == 1, done.stdout + done.stderr
+    quarantine = demo / "quarantine" / state(demo)["run_id"]
+    assert {name: (quarantine / name).read_text() for name in files} == files
+    reasons = {}
+    for path in quarantine.iterdir():
+        if path.name not in files:
+            lines = path.read_text().splitlines()
+            reasons[next(line for line in lines if line.startswith("file: "))[6:]] = path.name
+    assert sorted(reasons) == sorted(files) and len(set(reasons.values())) == len(files)
+    assert len(os.listdir(quarantine)) == 2 * len(files)
