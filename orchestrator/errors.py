@@ -9,6 +9,7 @@ GraphError
 ├── RunStorageError   the run folder or out/ cannot be written (a crash, exit 3)
 ├── RouteFailed       the router's model run did not answer
 ├── RunTimeout        the verdict did not arrive in time
+├── ClaimStranded     a run's claim of inbox/ did not finish: its files wait in its folder
 ├── RunBusy           another process holds the run's lease (exit 75: try again later)
 ├── ConfigError       the workspace or environment configuration is wrong (exit 78)
 └── UsageError        the command line names something that is not there (exit 64)
@@ -51,6 +52,11 @@ class RouteFailed(GraphError):
 
 class RunTimeout(GraphError):
     """The run did not finish within the configured time."""
+
+
+class ClaimStranded(GraphError):
+    """A run's claim of inbox/ did not finish (this run's, or an earlier one no process
+    holds): its files wait in runs/<run>/claimed/ for `resume` or `requeue`."""
 
 
 class RunBusy(GraphError):

@@ -74,7 +74,7 @@ def requeue(workspace: Path, run_id: str, tickets: list[str], by: str | None) ->
     """Put the run's claimed files (all, or those of `tickets`) back into inbox/, recorded in
     the run's trace with who did it; what moved and what stayed. `RunBusy` while the run is
     being worked on."""
-    from orchestrator.intake import claims
+    from orchestrator.intake import claims, journal
     from orchestrator.run import lease
     from orchestrator.workspace import Workspace
 
@@ -82,6 +82,7 @@ def requeue(workspace: Path, run_id: str, tickets: list[str], by: str | None) ->
     lease.wait_free(store, wait=False)
     names = claims.names_of(store, tickets)
     moved = claims.requeue(Workspace(workspace), store, names)
+    journal.requeued(store)  # a claim that never finished, emptied: no longer stranded
     left = sorted(set(names) - set(moved))
     store.tracer(node="requeue").emit("requeued", by=by or _user(), files=moved, left=left)
     lines = [f"inbox/{name}" for name in moved]

@@ -60,7 +60,9 @@ TICKETGRAPH_BROKER_URL (or --broker) the run is submitted to that Redis and this
 waits for the verdict from `ticketgraph worker` processes, which must see the workspace at
 the same path (a shared volume). With no LLM_BASE_URL, the workspace's scenarios/demo.yaml
 is served by the scripted provider (embedded runs only); with neither, or an LLM_BASE_URL on
-this machine that refuses connections, nothing is claimed (exit 78)."""
+this machine that refuses connections, nothing is claimed (exit 78). A run whose claim a
+crash cut short (runs/.claiming/) stops every later run (exit 3) until it is resumed or
+requeued."""
 
 
 class _Formatter(click.HelpFormatter):
@@ -459,11 +461,13 @@ def resume(run_id: str, opts: RunOptions, retry_failed: str, wait: bool) -> int:
 
     Finish run RUN_ID (e.g. run-20261130-101500-ab12, see runs/) of this workspace: steps
     already done (routing, drafts, verdicts) are read back from runs/RUN_ID and out/, not
-    redone.
+    redone. A claim of inbox/ that a crash cut short is finished first, from
+    runs/RUN_ID/claimed/.
     """
     with _loading():
         from orchestrator.cli import console
         from orchestrator.config import endpoint
+        from orchestrator.intake.start import finish_claim
         from orchestrator.plan import submission, tasks
         from orchestrator.run import lease, retry
         from orchestrator.run.store import find
@@ -478,6 +482,9 @@ def resume(run_id: str, opts: RunOptions, retry_failed: str, wait: bool) -> int:
     submission.require_workers(settings, opts.wait_for_workers)
     lease.wait_free(store, wait, say=lambda line: print(line, flush=True))
     lease.acquire(store, "distributed" if settings.broker_url else "embedded")
+    # A claim a crash left unfinished (intake/journal.py): its tickets written now.
+    if finish_claim(workspace, store) and shown != "quiet":
+        print(console.claimed(store), flush=True)
     taken = retry.reopen(store, tasks.registered(), retry_failed, opts.budget)  # type: ignore[arg-type]
     if shown != "quiet":
         print(console.reopened(taken), end="", flush=True)
@@ -495,7 +502,8 @@ def requeue(run_id: str, tickets: tuple[str, ...], workspace: Path) -> int:
     Move the files run RUN_ID claimed (all, or those of the named tickets) from
     runs/RUN_ID/claimed/ back into inbox/, where the next run claims them again. A file whose
     name is taken in inbox/ is left where it is. Refuses (exit 75) while the run is still
-    being worked on.
+    being worked on. A run whose claim a crash cut short no longer stops later runs once
+    all its files are back.
     """
     from orchestrator.cli import decisions
 

@@ -39,18 +39,33 @@ def claim(workspace: Workspace, store: RunStore, names: list[str]) -> list[str]:
 
 
 def quarantine(
-    workspace: Workspace, store: RunStore, rejection: inbox.Rejection, taken: set[str]
-) -> RejectedFile:
-    """Move a claimed file that is not a ticket to quarantine/, with its reason beside it,
-    named apart from every name in `taken` (the run's own files, the reasons named so far;
-    the new one is added)."""
+    workspace: Workspace, store: RunStore, rejections: list[inbox.Rejection], taken: set[str]
+) -> list[RejectedFile]:
+    """Move claimed files that are not tickets to quarantine/<run>/, each with a reason file
+    named apart from every name in `taken` (the run's own files); the files moved.
+
+    run.json lists them all before the first one moves, and each reason is written before
+    its file: a crash anywhere in between leaves the rest in claimed/, and doing this again
+    (`resume`) finishes it without a file missing from the list or without its reason.
+    """
+    if not rejections:
+        return []
     folder = workspace.quarantine / store.run_id
     folder.mkdir(parents=True, exist_ok=True)
-    reason = inbox.reason_name(rejection.name, taken)
-    taken.add(reason)
-    os.rename(store.claimed_dir / rejection.name, folder / rejection.name)
-    inbox.write_reason(folder / reason, rejection, store.run_id)
-    return _rejected_file(workspace, folder, rejection)
+    taken = set(taken)
+    moves = []
+    with store.update_meta() as meta:
+        listed = {r.file for r in meta.rejected}
+        for rejection in rejections:
+            reason = inbox.reason_name(rejection.name, taken)
+            taken.add(reason)
+            moves.append((rejection, reason, _rejected_file(workspace, folder, rejection)))
+            if moves[-1][2].file not in listed:
+                meta.rejected.append(moves[-1][2])
+    for rejection, reason, _file in moves:
+        inbox.write_reason(folder / reason, rejection, store.run_id)
+        os.rename(store.claimed_dir / rejection.name, folder / rejection.name)
+    return [file for _rejection, _reason, file in moves]
 
 
 def _rejected_file(workspace: Workspace, folder: Path, rejection: inbox.Rejection) -> RejectedFile:
