@@ -1,4 +1,5 @@
-"""A run's totals are what was paid, however it ended, and every view shows the same numbers.
+"""A run's totals are what was paid, however it ended, and every view shows the same numbers;
+and a broker that lost the run's keys without an error (FLUSHALL) is noticed.
 
 Real processes: a private Redis, the scripted provider (its /stats is the bill), a
 `ticketgraph worker` process, `run`, `cancel`, `status`, `runs` and `resume` as subprocesses,
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -16,11 +18,15 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from orchestrator.broker.redis_server import RedisServer
 from orchestrator.run.records import RunMeta
 from tests.orchestrator.conftest import (
+    REFERENCE_TICKETS,
     Cli,
     demo_scripts,
     start_run,
+    state,
+    ticket_rows,
     wait_for,
     worker_processes,
     write_scenarios,
@@ -30,6 +36,7 @@ from workers.pricing import PER_MILLION
 from workers.provider import running_provider
 
 HANG_MS = 30_000
+OUTAGE_S = 15  # TICKETGRAPH_BROKER_OUTAGE_S of the FLUSHALL test: the loss is noticed within it
 
 
 def _scripts(hang_turn: int, tickets: tuple[str, ...], latency_ms: float = 0) -> Any:
@@ -120,3 +127,50 @@ def test_a_run_cancelled_mid_fan_out_costs_what_the_provider_billed_in_every_vie
     assert metrics["cost_usd"] == pytest.approx(bill, abs=1e-9)
     assert (metrics["model_calls"], metrics["tokens"]) == (replies, tokens)
     assert metrics["need_a_human"] == 2 == metrics["tickets:needs_human"]
+
+
+def test_a_flushed_broker_stops_the_run_within_the_outage_window_and_resume_finishes_it(
+    demo: Path, tmp_path: Path, cli: Cli
+) -> None:
+    """FLUSHALL mid fan-out raises no error anywhere: the waiting `run` looks for its keys
+    every second, ends stopped (exit 2, the trace says why) well within the outage window
+    and the --timeout, and `resume` finishes the run. The ledger went with the data: the
+    budget block still says what was paid, as the run's totals and the provider's bill do."""
+    scenario = write_scenarios(tmp_path / "s.yaml", _scripts(0, (), latency_ms=800))
+    with RedisServer(tcp=True) as server, running_provider(scenario) as llm:
+        env = {
+            "TICKETGRAPH_BROKER_URL": server.url,
+            "LLM_BASE_URL": llm,
+            "TICKETGRAPH_BROKER_OUTAGE_S": str(OUTAGE_S),
+        }
+        with worker_processes(env, tmp_path, ["w1"], threads=2):
+            log = tmp_path / "run.log"
+            run = start_run(demo, env, log, "--budget", "1", "--timeout", "600")
+            wait_for("drafting", lambda: _stats(llm)["requests"] >= 2, timeout=60)
+            server.client().flushall()
+            flushed = time.monotonic()
+            assert run.wait(OUTAGE_S + 30) == 2, log.read_text()
+            noticed_s = time.monotonic() - flushed
+            run_id = state(demo)["run_id"]
+            run_dir = demo / "runs" / run_id
+            wait_for("the drafts in flight to end", lambda: _stats(llm)["in_flight"] == 0)
+            replies, _tokens, bill = _bill(llm, run_dir)
+
+            def shown() -> dict[str, Any] | None:  # once the late records are counted in
+                doc = json.loads(cli("status", "--json", cwd=demo).stdout)
+                return doc if doc["cost_usd"] == pytest.approx(bill, abs=1e-9) else None
+
+            doc = wait_for("the cost to be the bill", shown, timeout=30)
+            resumed = cli("resume", run_id, "--wait-for-workers", "30", cwd=demo, env=env)
+    assert noticed_s < OUTAGE_S
+    assert "lost this run's queued work" in log.read_text()
+    lines = [json.loads(line) for line in (run_dir / "run.jsonl").read_text().splitlines()]
+    why = [e["error"] for e in lines if e["event"] == "run_interrupted"]
+    assert why and "keys are gone" in why[0]
+    assert doc["status"] == "stopped_early"
+    budget = doc["budget"]
+    assert budget["settled_usd"] == pytest.approx(bill, abs=1e-9)
+    assert budget["calls"] == replies
+    assert budget["remaining_usd"] == pytest.approx(1 - bill, abs=1e-9)
+    assert resumed.returncode == 1, resumed.stdout + resumed.stderr
+    assert ticket_rows(state(demo)) == REFERENCE_TICKETS
