@@ -16,9 +16,11 @@ from orchestrator.config.environment import GraphSettings
 from orchestrator.errors import BrokerUnavailable, RunStateError, RunStorageError
 from orchestrator.exit_codes import ExitCode
 from orchestrator.plan import submission
+from orchestrator.run import totals
 from orchestrator.run.records import FAILED_STOPS, Cancel, RunMeta, RunPhase, RunRecord
 from orchestrator.run.retry import Reopened
 from orchestrator.run.store import RunStore
+from orchestrator.steps import report
 from workers.settings import HarnessSettings
 
 Mode = Literal["live", "lines", "quiet"]
@@ -155,7 +157,7 @@ def verdict(record: RunRecord) -> str:
     """The run's outcome in one line: exit code, meaning, counts, cost and duration."""
     by_status = Counter(t.status for t in record.tickets.values())
     counts = ", ".join(f"{n} {s.value}" for s, n in sorted(by_status.items()))
-    cost = sum(n.cost_usd for n in record.nodes.values())
+    cost = report.cost(record)
     meaning = {
         ExitCode.ALL_PASS: "all pass",
         ExitCode.NEEDS_HUMAN: "some need a human",
@@ -253,7 +255,8 @@ def wait_for_verdict(
 def ended_record(store: RunStore) -> RunRecord:
     """run-state.json as the run's end wrote it, if the run is done and the file is the one
     its end materialised (no record changes after a verdict); else materialised again (a
-    run that stopped or was cut off may have tickets still finishing)."""
+    run that stopped or was cut off may have tickets still finishing), and a stopped or
+    crashed run counted again with what they recorded since (run/totals.py)."""
     meta = store.meta()
     if meta.status is RunPhase.DONE:
         try:
@@ -262,7 +265,10 @@ def ended_record(store: RunStore) -> RunRecord:
             record = None
         if record is not None and record.updated_at == meta.updated_at:
             return record
-    store.materialise()
+    if meta.status in (RunPhase.STOPPED, RunPhase.CRASHED):
+        totals.recount(store)  # and materialised
+    else:
+        store.materialise()
     return store.materialised()
 
 

@@ -25,7 +25,7 @@ from orchestrator.broker import control, outage
 from orchestrator.errors import BrokerUnavailable, UsageError
 from orchestrator.exit_codes import ExitCode
 from orchestrator.plan import events, keys
-from orchestrator.run import cancels, ending, lease
+from orchestrator.run import cancels, ending, lease, totals
 from orchestrator.run.records import Cancel, RunPhase, TicketStatus
 from orchestrator.run.store import RunStore
 
@@ -90,6 +90,8 @@ def cancel(
             _receipt(store.dir, made.ticket).touch()
     else:
         _wait_for_relay(store, outcome, wait_s)
+    if whole:  # what ran has stopped and recorded what it paid: the run's totals count it
+        totals.recount_quietly(store)
     return outcome
 
 

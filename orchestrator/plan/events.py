@@ -2,8 +2,8 @@
 
 The waiting `run` or `resume` reads its run's events with a blocking pop (no polling); a
 task that ends a node or the run pushes one. The marker tells the waiting command whether
-the broker still has the submission after an outage (a Redis restarted without its data
-has lost it).
+the broker still has the submission, after an outage and every second besides (a Redis
+restarted without its data, flushed or evicting has lost it).
 """
 
 from __future__ import annotations

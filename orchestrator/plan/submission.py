@@ -37,8 +37,9 @@ from orchestrator.steps import report
 from orchestrator.workspace import Workspace
 from workers.settings import HarnessSettings
 
-# How often the waiting CLI looks at run.json when no event came: a lost event (a Redis
-# restart) costs at most this long, and a quiet run costs one small file read per period.
+# How often the waiting CLI looks at run.json when no event came, and for the submission's
+# marker in Redis: a lost event (a Redis restart) or lost keys (FLUSHALL) cost at most about
+# this long, and a quiet run one small file read and one EXISTS per period.
 CHECK_EVERY_S = 1.0
 # A task message sent this many visibility timeouts ago that no worker took was lost (kombu
 # pops a message before recording it as unacknowledged: a worker killed in between loses
@@ -94,7 +95,7 @@ def _execute_held(
         # An embedded run stops with its command; a distributed one goes on in its workers.
         return ending.stopped(store, INTERRUPTED) if not distributed else ExitCode.STOPPED
     except BrokerLostRun as exc:  # the broker lost the run's queued work: resumable
-        return ending.stopped(store, str(exc))
+        return ending.stopped(store, str(exc), if_running=True)
     except RunTimeout as exc:
         # Its tasks still queued see the run stopped and do nothing, on any worker, now or
         # after a restart; a step already running finishes and is kept (resume keeps it).
@@ -148,7 +149,9 @@ def _submit_and_wait(
     that ended without a word (its event lost) still ends the wait.
 
     A broker outage is ridden out for `broker_outage_s` (BrokerUnavailable after that); a
-    broker that comes back without the submission's marker lost the run (BrokerLostRun).
+    broker that comes back without the submission's marker lost the run (BrokerLostRun),
+    and so did one whose marker went without an outage (FLUSHALL, eviction, a failover):
+    it is looked for every CHECK_EVERY_S.
     """
     r = keys.client(app.conf.broker_url)
     window = _outage_window(settings)
@@ -164,10 +167,14 @@ def _submit_and_wait(
     deadline = time.monotonic() + settings.run_timeout_s
     lost_after = LOST_AFTER_TIMEOUTS * settings.visibility_timeout_s
     next_sweep = time.monotonic() + lost_after
+    next_look = time.monotonic() + CHECK_EVERY_S
     while True:
         held.renew()
         try:
             event = events.next_event(r, store.run_id, CHECK_EVERY_S)
+            if time.monotonic() >= next_look:  # FLUSHALL, eviction: no error says so
+                _still_there(r, store, attempt)
+                next_look = time.monotonic() + CHECK_EVERY_S
             if time.monotonic() >= next_sweep:
                 canvas.sweep(r, tasks.registered(), store, attempt, lost_after)
                 next_sweep = time.monotonic() + lost_after / 4
@@ -242,14 +249,30 @@ def _after_outage(
     r: Any, store: RunStore, attempt: str, window: float, settings: GraphSettings
 ) -> None:
     """Wait for the broker to answer again; then make sure it still has the run."""
-    alive = _through_outage(
-        lambda: events.still_submitted(r, store.run_id, attempt),
+    _through_outage(
+        lambda: _still_there(r, store, attempt, RESTARTED_EMPTY),
         window,
         "waiting for the run's events",
         settings,
     )
-    if not alive:
-        raise BrokerLostRun("the broker restarted without its data and lost this run's queued work")
+
+
+RESTARTED_EMPTY = "the broker restarted without its data and lost this run's queued work"
+KEYS_GONE = (
+    "the broker lost this run's queued work (its keys are gone: flushed, evicted, or a "
+    "failover to a server without them)"
+)
+
+
+def _still_there(r: Any, store: RunStore, attempt: str, why: str = KEYS_GONE) -> None:
+    """`BrokerLostRun` (`why`) if the broker no longer has this submission of a run that
+    is still running: nothing its workers do now reaches a verdict, and without this look
+    (no connection error says so) the wait would last until --timeout."""
+    if events.still_submitted(r, store.run_id, attempt):
+        return
+    if store.meta().status is not RunPhase.RUNNING:
+        return  # it ended meanwhile (its end event went with the data): the wait sees that
+    raise BrokerLostRun(why)
 
 
 @contextlib.contextmanager

@@ -33,7 +33,7 @@ from orchestrator.broker.app import OUTAGE_CONF_KEY, app, worker_llm
 from orchestrator.errors import RunStateError, RunStorageError
 from orchestrator.plan import canvas, events, fanout, keys, slot
 from orchestrator.plan.steps import PLAN, Plan, Step
-from orchestrator.run import cancels, ending, ids, lease
+from orchestrator.run import cancels, ending, ids, lease, totals
 from orchestrator.run.fence import EpochFence, path
 from orchestrator.run.records import CANCELLED, RunPhase, TicketRecord
 from orchestrator.run.store import RunStore
@@ -127,11 +127,14 @@ def _whole_run(plan: Plan, step: Step, run_dir: str, attempt: str) -> Summary:
     except Superseded:  # a newer copy of this step goes on
         return {"step": step.name, "status": "superseded"}
     except Cancelled:  # someone cancelled the run: it ended stopped, resume goes on
+        totals.recount_quietly(ctx.store)  # with what this step paid before it stopped
         return {"step": step.name, "status": "cancelled"}
     run_id = ctx.store.run_id
     _broker(lambda: events.publish(r, run_id, "node_end", node=step.node), "telling")
     meta = ctx.store.meta()
     if meta.status is not RunPhase.RUNNING:  # it ended the run: its verdict, or a stop
+        if meta.status is not RunPhase.DONE:  # a stop, maybe made while this step ran
+            totals.recount_quietly(ctx.store)
         code = meta.exit_code
         _broker(lambda: events.publish(r, run_id, "run_end", exit_code=code), "ending a run")
         return {"step": step.name, "exit_code": code}
@@ -326,8 +329,8 @@ def _held(
     except Exception as exc:
         status = ctx.fail_ticket(ticket_id, f"{type(exc).__name__}: {exc}")
     hand_on()
-    if ctx.cancel.cancelled and store.meta().status is not RunPhase.RUNNING:
-        ctx.store.materialise()  # the run ended while this ticket stopped: show its verdict
+    if ctx.run_ended():  # while this ticket ran: count it in, and show its verdict
+        totals.recount_quietly(ctx.store)
     lease.touch(ctx.store)  # the run makes progress: its lease stays live without its CLI
     return status
 

@@ -33,10 +33,10 @@ import redis
 
 from orchestrator.broker import leases
 from orchestrator.plan import keys
+from orchestrator.run import totals
 from orchestrator.run.records import BudgetTotals, RunConfig
 from orchestrator.run.store import RunStore
 from workers.meter import OverBudget, WorstCase
-from workers.state import RunState
 from workers.usage import Usage
 
 log = logging.getLogger(__name__)
@@ -227,13 +227,7 @@ class Ledger:
 
 def folder_spent(store: RunStore) -> float:
     """What the run folder says the run has paid: every agent run's paid turns."""
-    total = 0.0
-    for path in (store.dir / "agents").glob("*.json"):
-        try:
-            total += RunState.load(path).cost_usd
-        except Exception:  # a torn or foreign file
-            log.warning("budget: cannot read %s; its spend is not counted", path)
-    return total
+    return totals.paid(store).cost_usd
 
 
 def limits(config: RunConfig) -> Limits:
@@ -247,14 +241,15 @@ def snapshot(r: redis.Redis, store: RunStore) -> BudgetTotals | None:
     if not limits(store.meta().config).any:
         return None
     try:
-        totals = Ledger(r, store.run_id).totals()
+        ledger = Ledger(r, store.run_id).totals()
     except redis.RedisError as exc:
         log.warning("budget: cannot read the ledger of %s (%s)", store.run_id, exc)
         return None
-    if totals is not None:
+    if ledger is not None:
         with store.update_meta() as meta:
-            meta.budget = totals
-    return totals
+            meta.budget = ledger
+            totals.agree(meta)  # an ended run's: what its folder says was paid
+    return ledger
 
 
 def read_live(broker_url: str | None, run_id: str) -> BudgetTotals | None:

@@ -1,13 +1,16 @@
 """Where a run ends. Every terminal transition of a run — its verdict, a stop (asked for, a
 signal, a timeout, a broker that lost its data), a crash — goes through `end`: run.json's
-status, exit code and error, one trace event, and run-state.json materialised from the
-records, in that order."""
+status, exit code and error, then its totals (run/totals.py), one trace event, and
+run-state.json materialised from the records, in that order."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from orchestrator.errors import RunStateError, RunStorageError
 from orchestrator.exit_codes import ExitCode
-from orchestrator.run.records import Cancel, RunMeta, RunPhase, RunTotals, spent
+from orchestrator.run import totals
+from orchestrator.run.records import Cancel, RunMeta, RunPhase
 from orchestrator.run.store import RunStore
 
 
@@ -22,37 +25,40 @@ def end(
     """End the run with `status` and `exit_code`; trace `event` (with the error, if any);
     return the exit code. `if_running`: a run that already ended stays as it ended, and its
     own exit code is returned."""
-    with store.update_meta() as meta:
+
+    def ends(meta: RunMeta) -> bool:
         if if_running and meta.status is not RunPhase.RUNNING:
-            return ExitCode.CRASHED if meta.exit_code is None else meta.exit_code
+            return False
         meta.end(status, exit_code, error)
-        _total(store, meta)
+        return True
+
+    if (ended := _end(store, ends)) is not None:
+        return ended
     if event is not None:
         store.tracer(node="run").emit(event, **({"error": error} if error else {}))
     store.materialise()
     return exit_code
 
 
-def _total(store: RunStore, meta: RunMeta) -> None:
-    """Keep the run's counts in run.json as it ends (see RunTotals), summed over the records
-    one at a time; none if a record or node cannot be read (a damaged folder: the run still
-    ends, and materialising reports the damage)."""
-    by_status: dict[str, int] = {}
-    used: list[tuple[int, int, float]] = []
-    try:
-        nodes = store.nodes()
-        for _ticket_id, t in store.records():
-            by_status[t.status.value] = by_status.get(t.status.value, 0) + 1
-            total = t.total()
-            used.append((total.calls, total.tokens, total.cost_usd))
-    except (OSError, RunStateError):
-        return
-    figures = spent(
-        (n.model_dump() for n in nodes.values()),
-        nodes["route"].model_dump() if "route" in nodes else {},
-        used,
-    )
-    meta.totals = RunTotals(tickets=len(used), by_status=by_status, **figures)
+def _end(store: RunStore, ends: Callable[[RunMeta], bool]) -> int | None:
+    """Under the run's lock: let `ends` end the run in its run.json (False: it had ended
+    already, and its own exit code is returned), write the end, then count its totals and
+    write them; None once done.
+
+    The end is written before the count: a step that saves a record after the count began
+    finds the run ended, and counts again (totals.recount)."""
+    with store.locked():
+        meta = store.meta()
+        if not ends(meta):
+            return ExitCode.CRASHED if meta.exit_code is None else meta.exit_code
+        meta.totals = None
+        store.write_meta(meta)
+        try:
+            totals.count(store, meta)
+            store.write_meta(meta, touch=False)
+        except (OSError, RunStateError):  # the end is written: readers count for themselves
+            pass
+    return None
 
 
 def stop_early(store: RunStore) -> int:
@@ -71,12 +77,16 @@ def stopped(store: RunStore, why: str, if_running: bool = False) -> int:
 def cancelled(store: RunStore, cancel: Cancel, event: str) -> int:
     """End a running run stopped because someone cancelled it (exit 2, resumable); a run
     that already ended stays as it ended."""
-    with store.update_meta() as meta:
+
+    def ends(meta: RunMeta) -> bool:
         if meta.status is not RunPhase.RUNNING:
-            return ExitCode.CRASHED if meta.exit_code is None else meta.exit_code
+            return False
         meta.cancel = cancel
         meta.end(RunPhase.STOPPED, ExitCode.STOPPED, cancel.why)
-        _total(store, meta)
+        return True
+
+    if (ended := _end(store, ends)) is not None:
+        return ended
     store.tracer(node="run").emit(event, error=cancel.why, by=cancel.by, reason=cancel.reason)
     store.materialise()
     return ExitCode.STOPPED

@@ -295,8 +295,9 @@ class RejectedFile(BaseModel):
 
 
 class RunTotals(BaseModel):
-    """A run's counts as it ended, kept in run.json so a list of runs (`ticketgraph web`,
-    /metrics) reads one small file per run, not every ticket's record."""
+    """A run's counts as it ended (run/totals.py: calls, tokens and USD from what its agents
+    paid), kept in run.json so a list of runs (`ticketgraph web`, /metrics) reads one small
+    file per run, not every ticket's record."""
 
     tickets: int
     by_status: dict[str, int]  # ticket status -> how many
@@ -313,7 +314,7 @@ def spent(
     """A run's calls, tokens and cost (`calls`, `tokens`, `cost_usd`): its nodes' totals, or,
     while (or because) its per-ticket nodes are open — they add theirs when they close — the
     router's plus what each ticket's record says it spent (calls, tokens, cost), whichever is
-    more. Shared by a run's ending (RunTotals) and the web view's live figures."""
+    more. A live run's figures (`status`, the web view), and the floor of an ended run's."""
     nodes = list(nodes)
     totals = {f: sum(n.get(f, 0) for n in nodes) for f in ("calls", "tokens", "cost_usd")}
     by_ticket = {f: route.get(f, 0) for f in totals}

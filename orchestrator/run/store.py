@@ -170,9 +170,20 @@ class RunStore:
         """run.json; `RunStateError` if missing or corrupt."""
         return _load(RunMeta, self.meta_path)
 
-    def write_meta(self, meta: RunMeta) -> None:
-        """Write run.json atomically."""
-        meta.updated_at = now_iso()
+    def meta_version(self) -> tuple[int, int, int] | None:
+        """run.json's version (every write is a rename of a new file), None if it is missing:
+        whether it changed is one stat, not a read."""
+        try:
+            stat = os.stat(self.meta_path)
+        except FileNotFoundError:
+            return None
+        return (stat.st_ino, stat.st_mtime_ns, stat.st_size)
+
+    def write_meta(self, meta: RunMeta, touch: bool = True) -> None:
+        """Write run.json atomically (`touch`: as the run's last update, which an ended
+        run's duration runs to)."""
+        if touch:
+            meta.updated_at = now_iso()
         self.write(self.meta_path, meta.model_dump_json(indent=2))
 
     @contextlib.contextmanager
@@ -181,12 +192,18 @@ class RunStore:
 
         Only whole-run transitions come here (start, stop, crash, verdict): a handful per run.
         """
-        fd = os.open(self.dir / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+        with self.locked():
             meta = self.meta()
             yield meta
             self.write_meta(meta)
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        """Hold the run's lock (the one every change of run.json is made under)."""
+        fd = os.open(self.dir / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
         finally:
             os.close(fd)  # closing the descriptor releases the lock
 

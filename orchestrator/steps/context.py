@@ -20,6 +20,7 @@ from orchestrator.run import approvals
 from orchestrator.run.records import (
     NodeRecord,
     RunMeta,
+    RunPhase,
     StepUsage,
     TicketRecord,
     TicketStatus,
@@ -47,10 +48,23 @@ class Context:
     # The broker's Redis, where the run's budget ledger is (None: no ledger, no budget).
     redis: redis.Redis | None = None
 
+    # run.json's version when `meta` read it (RunStore.meta_version).
+    _meta_read: tuple[int, int, int] | None = field(default=None, init=False, repr=False)
+
     @functools.cached_property
     def meta(self) -> RunMeta:
         """run.json as this step found it (config, workspace)."""
+        self._meta_read = self.store.meta_version()  # first: a write meanwhile looks changed
         return self.store.meta()
+
+    def run_ended(self) -> bool:
+        """True if the run is no longer running. While it runs, one stat of run.json: it is
+        read again only if it changed since `meta` read it."""
+        seen = self.__dict__.get("meta")  # read by this step (cached_property's slot)
+        running = seen is not None and seen.status is RunPhase.RUNNING
+        if running and self._meta_read is not None and self._meta_read == self.store.meta_version():
+            return False
+        return self.store.meta().status is not RunPhase.RUNNING
 
     def tracer(self, **fields: object) -> Tracer:
         """A tracer for this run with the step's node (and any `fields`) on every line."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable
+from typing import Any
 
 from orchestrator.exit_codes import ExitCode
 from orchestrator.run import budget as budget_ledger
@@ -19,6 +20,7 @@ from orchestrator.run.records import (
     TicketRecord,
     TicketStatus,
     WaitingCall,
+    spent,
 )
 from orchestrator.steps.context import Context
 from orchestrator.steps.routing import OTHER
@@ -56,14 +58,12 @@ def node_table(record: RunRecord) -> list[str]:
         if node is None:
             continue
         rounds = node.rounds if node.rounds is not None else "-"
-        cost = usd(node.cost_usd, node.estimated)
+        spent_usd = usd(node.cost_usd, node.estimated)
         status = _node_status(record, node)
-        lines.append(
-            _row([name, f"{node.ms}ms", node.calls, node.tokens, rounds, status, cost], widths)
-        )
-    total = sum(n.cost_usd for n in record.nodes.values())
+        cells = [name, f"{node.ms}ms", node.calls, node.tokens, rounds, status, spent_usd]
+        lines.append(_row(cells, widths))
     estimated = sum(n.estimated for n in record.nodes.values())
-    lines.append(f"Cost of the run: {usd(total, estimated)}" + _estimated_note(estimated))
+    lines.append(f"Cost of the run: {usd(cost(record), estimated)}" + _estimated_note(estimated))
     return lines
 
 
@@ -107,14 +107,26 @@ def ticket_row(ticket_id: str, t: TicketRecord) -> str:
 
 
 def cost(record: RunRecord) -> float:
-    """USD the run has paid so far, all nodes."""
-    return round(sum(n.cost_usd for n in record.nodes.values()), 8)
+    """USD the run has paid (see `paid`)."""
+    return float(paid(record)["cost_usd"])
+
+
+def paid(record: RunRecord) -> dict[str, Any]:
+    """The run's model calls, tokens and USD (`calls`, `tokens`, `cost_usd`): once it
+    ended, its totals (run/totals.py: what its agents saved, however it ended); while it
+    runs, what its nodes and its tickets' records say so far."""
+    if record.status is not RunPhase.RUNNING and record.totals is not None:
+        return record.totals.model_dump(include={"calls", "tokens", "cost_usd"})
+    nodes = {name: node.model_dump() for name, node in record.nodes.items()}
+    tickets = (t.total() for t in record.tickets.values())
+    used = ((u.calls, u.tokens, u.cost_usd) for u in tickets)
+    return spent(nodes.values(), nodes.get("route", {}), used)
 
 
 def budget(record: RunRecord) -> BudgetTotals:
     """What the run may spend and has spent: the ledger as last copied into run.json (the
-    end of the run, the report) while it has a budget, else what its nodes paid; and the
-    requests that waited for the endpoint's cap."""
+    end of the run, the report) while it has a budget, else what the run paid (`paid`: a
+    ledger Redis lost is not copied); and the requests that waited for the endpoint's cap."""
     waited = sum(n.waited for n in record.nodes.values())
     limit = record.config.run_budget_usd
     if record.budget is not None and limit is not None:  # the limit: resume may have raised it
@@ -122,13 +134,15 @@ def budget(record: RunRecord) -> BudgetTotals:
         return record.budget.model_copy(
             update={"calls_waited": waited, "limit_usd": limit, "remaining_usd": left}
         )
-    settled = cost(record)
+    spent_now = paid(record)
+    settled = spent_now["cost_usd"]
     remaining = None if limit is None else round(max(limit - settled, 0.0), 8)
     return BudgetTotals(
         limit_usd=limit,
         reserved_usd=0.0,
         settled_usd=settled,
         remaining_usd=remaining,
+        calls=spent_now["calls"],
         calls_waited=waited,
     )
 
