@@ -30,9 +30,9 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import AfterValidator, BaseModel, ValidationError
 
 from orchestrator.errors import RunStateError, UsageError
 from orchestrator.run.records import RunConfig, TicketStatus
@@ -44,6 +44,20 @@ POLICY = "policy"  # the `by` of a decision the approval policy made by itself
 _SAFE = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
+def _when(stamp: str) -> datetime:
+    """An ISO time as written here (`Z` for UTC; one without a zone is taken as UTC)."""
+    when = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
+
+
+def _a_time(stamp: str) -> str:
+    _when(stamp)  # a ValueError here fails the file's validation: it cannot be read
+    return stamp
+
+
+Stamp = Annotated[str, AfterValidator(_a_time)]
+
+
 class Request(BaseModel):
     """A call that waits for a person."""
 
@@ -53,7 +67,7 @@ class Request(BaseModel):
     tool: str
     args: dict[str, Any]
     args_hash: str
-    asked_at: str
+    asked_at: Stamp
     step: str
 
 
@@ -66,7 +80,7 @@ class Decision(BaseModel):
     args_hash: str
     approved: bool
     by: str
-    at: str
+    at: Stamp
     reason: str = ""
     rule: str | None = None  # the policy's rule, when `by` is "policy"
 
@@ -107,9 +121,12 @@ def ask(store: RunStore, request: Request) -> None:
 
 
 def request(store: RunStore, ticket: str, call_id: str) -> Request | None:
-    """The waiting call `call_id` of `ticket`, if it waits."""
+    """The request of call `call_id` of `ticket`, if there is one and it can be read."""
     path = store.dir / REQUESTS / _name(ticket, call_id)
-    return Request.model_validate_json(path.read_bytes()) if path.exists() else None
+    try:
+        return Request.model_validate_json(path.read_bytes())
+    except (FileNotFoundError, ValidationError):
+        return None
 
 
 def decision(store: RunStore, ticket: str, call_id: str) -> Decision | None:
@@ -151,10 +168,6 @@ def _flaw(asked: Request, made: Decision, expire: float) -> str | None:
     if age_s(asked, _when(made.at)) > expire:
         return f"it was made after the call expired ({expire / 3600:g} h undecided)"
     return None
-
-
-def _when(stamp: str) -> datetime:
-    return datetime.fromisoformat(stamp.replace("Z", "+00:00"))
 
 
 def set_aside(store: RunStore, ticket: str, call_id: str, why: str) -> None:
@@ -351,8 +364,10 @@ def current_args(store: RunStore, ticket: str, call_id: str) -> dict[str, Any] |
     """The arguments the call has in the ticket's own agent state now (None if no agent of
     the ticket stopped for it): what a decision is checked against."""
     for path in sorted((store.dir / "agents").glob(f"{ticket}.*.json")):
-        state = json.loads(path.read_bytes())
-        stopped = state.get("interruption") or {}
+        try:
+            stopped = json.loads(path.read_bytes()).get("interruption") or {}
+        except (OSError, ValueError, AttributeError):
+            continue  # not an agent's state: no call of it to check against
         if stopped.get("type") == "approval" and stopped.get("call_id") == call_id:
             return dict(stopped.get("args") or {})
     return None
