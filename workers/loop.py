@@ -24,7 +24,15 @@ from workers.errors import Cancelled, PermanentToolError, ProviderError, ToolErr
 from workers.fence import UNFENCED, Fence
 from workers.meter import Hold, Meter, OverBudget, worst_case
 from workers.pricing import Price, cost
-from workers.state import Interruption, Message, RunState, RunStatus, ToolCall, pending
+from workers.state import (
+    Interruption,
+    Message,
+    RunState,
+    RunStatus,
+    ToolCall,
+    distinct_ids,
+    pending,
+)
 from workers.tools import Catalog, Tool, ToolContext, ToolScope
 from workers.trace import Tracer
 
@@ -176,6 +184,8 @@ def _record_reply(state: RunState, h: Harness, reply: ModelReply, hold: Hold | N
                     call_id=call.id,
                     parsed_from_text=True,
                 )
+    for call, given in distinct_ids(state, reply.message):
+        h.tracer.emit("tool_call_id_reused", tool=call.function.name, call_id=call.id, given=given)
     # Money first: the turn is paid the moment the reply exists.
     paid = cost(reply.usage, h.price)
     if hold is not None:  # before the save: a crash between them pays again, and counts it

@@ -123,6 +123,25 @@ def pending(state: RunState) -> list[ToolCall]:
     return [c for c in last_assistant.tool_calls if c.id not in answered]
 
 
+def distinct_ids(state: RunState, reply: Message) -> list[tuple[ToolCall, str]]:
+    """Give each tool call of `reply` (a new assistant message) an id no other call of the
+    run has: a model that reuses an id, in one reply or across turns, would otherwise leave
+    a call unanswered (its id looks answered), and its approval, its start record and its
+    idempotency key would be another call's. A reused `c1` becomes `c1-2` (then `c1-3`);
+    the calls renamed, each with the id the model gave it."""
+    seen = {c.id for m in state.messages if m.role == "assistant" for c in m.tool_calls or []}
+    renamed = []
+    for call in reply.tool_calls or []:
+        if call.id in seen:
+            given, n = call.id, 2
+            while f"{given}-{n}" in seen:
+                n += 1
+            call.id = f"{given}-{n}"
+            renamed.append((call, given))
+        seen.add(call.id)
+    return renamed
+
+
 def retry(state: RunState, force: bool = False) -> bool:
     """Make a run that failed for a retryable reason (any failure if `force`) resumable;
     its paid turns are kept. False, and nothing changed, if there is nothing to retry."""

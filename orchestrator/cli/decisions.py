@@ -9,35 +9,45 @@ import json
 from pathlib import Path
 
 from orchestrator.run import approvals
-from orchestrator.run.approvals import Request
+from orchestrator.run.approvals import Standing
 from orchestrator.run.store import find
 
 
 def pending_text(workspace: Path, as_json: bool) -> str:
-    """Every waiting call of the workspace, for a person or (`as_json`) a program."""
+    """Every call a person can decide now, for a person or (`as_json`) a program."""
     waiting = approvals.pending(workspace)
     if as_json:
-        rows = [r.model_dump() | {"age_s": round(approvals.age_s(r), 1)} for r in waiting]
+        rows = [
+            s.request.model_dump()
+            | {"age_s": round(approvals.age_s(s.request), 1), "set_aside": s.void}
+            for s in waiting
+        ]
         return json.dumps(rows, indent=2) + "\n"
     if not waiting:
         return "no tool call waits for a decision\n"
     count = "1 tool call waits" if len(waiting) == 1 else f"{len(waiting)} tool calls wait"
     lines = [f"{count} for a decision:"]
-    for r in waiting:
-        lines += [f"  {line}" for line in describe(r)]
+    for s in waiting:
+        lines += [f"  {line}" for line in describe(s)]
     return "\n".join(lines) + "\n"
 
 
-def describe(request: Request) -> list[str]:
-    """One waiting call: where, what, how long, and the two commands that decide it."""
+def describe(waiting: Standing) -> list[str]:
+    """One waiting call: where, what, how long, the two commands that decide it, and a
+    decision file on it that does not count."""
+    request = waiting.request
     hours = approvals.age_s(request) / 3600
     arguments = json.dumps(request.args, ensure_ascii=False)
     command = f"{request.run_id} {request.ticket} --call {request.call_id}"
-    return [
+    lines = [
         f"{request.run_id} {request.ticket} {request.tool}({arguments}), waiting {hours:.1f} h",
         f"    ticketgraph approve {command}",
         f"    ticketgraph reject {command} --reason '...'",
     ]
+    if waiting.void is not None:
+        why = waiting.void
+        lines.append(f"    its decision file does not count ({why}): deciding sets it aside")
+    return lines
 
 
 def decide(
@@ -51,9 +61,7 @@ def decide(
 ) -> str:
     """Record a person's decision on the call `ticket` waits with; what to do next."""
     store = find(workspace, run_id)
-    asked = [r for r in approvals.waiting_of(store, ticket) if call_id in (None, r.call_id)]
-    current = approvals.current_hash(store, ticket, asked[0].call_id) if len(asked) == 1 else None
-    made = approvals.decide(store, ticket, call_id, approved, by or _user(), reason, current)
+    made = approvals.decide(store, ticket, call_id, approved, by or _user(), reason)
     store.tracer(node="approval", ticket=ticket).emit(
         "approved" if approved else "rejected",
         call_id=made.call_id,

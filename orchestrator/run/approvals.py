@@ -4,31 +4,58 @@
                                                 when, the step it stopped
     runs/<run>/decisions/<ticket>.<call>.json   the decision: approved or not, by whom, when,
                                                 why, the arguments' hash it was made for
+    runs/<run>/decisions/void/<ticket>.<call>.<n>.json
+                                                decision files that did not count, set aside
 
 A decision is a file created once (a second one for the same call is refused), from any
 machine that sees the workspace, with or without workers or Redis; nothing waits in memory
 for it, so one made before `resume`, or long after the run ended, counts the same. A policy
 that approves a call by itself writes the same file, with `by = "policy"` and the rule.
+
+A decision file counts only if it decides the call as it was asked: made by a person (a
+policy never decides a call its rule sent to a person), for the request's arguments (the
+same hash), before the call expired (`[approvals] expire_h` after it was asked). One that
+does not count is ignored (the call still waits, and `pending` says why) and set aside when
+the call is decided again. Anyone who can write the run folder can still write a decision
+that counts: decisions are not signed yet.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import re
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel
+from pydantic import AfterValidator, BaseModel, ValidationError
 
-from orchestrator.errors import UsageError
+from orchestrator.errors import RunStateError, UsageError
+from orchestrator.run.records import RunConfig, TicketStatus
 from orchestrator.run.store import RunStore
 from workers.trace import now_iso
 
-REQUESTS, DECISIONS = "approvals", "decisions"
+REQUESTS, DECISIONS, VOID = "approvals", "decisions", "void"
+POLICY = "policy"  # the `by` of a decision the approval policy made by itself
 _SAFE = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+def _when(stamp: str) -> datetime:
+    """An ISO time as written here (`Z` for UTC; one without a zone is taken as UTC)."""
+    when = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
+
+
+def _a_time(stamp: str) -> str:
+    _when(stamp)  # a ValueError here fails the file's validation: it cannot be read
+    return stamp
+
+
+Stamp = Annotated[str, AfterValidator(_a_time)]
 
 
 class Request(BaseModel):
@@ -40,7 +67,7 @@ class Request(BaseModel):
     tool: str
     args: dict[str, Any]
     args_hash: str
-    asked_at: str
+    asked_at: Stamp
     step: str
 
 
@@ -53,9 +80,20 @@ class Decision(BaseModel):
     args_hash: str
     approved: bool
     by: str
-    at: str
+    at: Stamp
     reason: str = ""
     rule: str | None = None  # the policy's rule, when `by` is "policy"
+
+
+@dataclass
+class Standing:
+    """Where an asked call stands: the decision that counts, if one does; a decision file
+    that does not, and why; whether it is past its expiry undecided."""
+
+    request: Request
+    decided: Decision | None = None
+    void: str | None = None
+    expired: bool = False
 
 
 def args_hash(arguments: str | dict[str, Any]) -> str:
@@ -83,15 +121,79 @@ def ask(store: RunStore, request: Request) -> None:
 
 
 def request(store: RunStore, ticket: str, call_id: str) -> Request | None:
-    """The waiting call `call_id` of `ticket`, if it waits."""
+    """The request of call `call_id` of `ticket`, if there is one and it can be read."""
     path = store.dir / REQUESTS / _name(ticket, call_id)
-    return Request.model_validate_json(path.read_bytes()) if path.exists() else None
+    try:
+        return Request.model_validate_json(path.read_bytes())
+    except (FileNotFoundError, ValidationError):
+        return None
 
 
 def decision(store: RunStore, ticket: str, call_id: str) -> Decision | None:
-    """The decision on a call, if one was made."""
+    """The decision file on a call, if there is one and it can be read (whether it counts
+    is `standing`'s to say)."""
     path = store.dir / DECISIONS / _name(ticket, call_id)
-    return Decision.model_validate_json(path.read_bytes()) if path.exists() else None
+    try:
+        return Decision.model_validate_json(path.read_bytes())
+    except (FileNotFoundError, ValidationError):
+        return None
+
+
+def expire_s(config: RunConfig) -> float:
+    """How long a call of the run may wait undecided, in seconds (`[approvals] expire_h`)."""
+    return config.approval_expire_h * 3600
+
+
+def standing(store: RunStore, asked: Request, expire: float) -> Standing:
+    """Whether `asked` was decided by a decision that counts, and if not, why not."""
+    path = store.dir / DECISIONS / _name(asked.ticket, asked.call_id)
+    found = Standing(asked, expired=age_s(asked) > expire)
+    if not path.exists():
+        return found
+    made = decision(store, asked.ticket, asked.call_id)
+    found.void = "it cannot be read" if made is None else _flaw(asked, made, expire)
+    if found.void is None:
+        found.decided, found.expired = made, False
+    return found
+
+
+def _flaw(asked: Request, made: Decision, expire: float) -> str | None:
+    """Why the decision `made` does not decide `asked`, or None if it does."""
+    if (made.ticket, made.call_id, made.tool) != (asked.ticket, asked.call_id, asked.tool):
+        return f"it names another call ({made.ticket} {made.call_id} {made.tool})"
+    if made.by == POLICY:
+        return "it says the policy decided, but the policy sends this call to a person"
+    if made.args_hash != asked.args_hash:
+        return "it was made for other arguments (its hash is not the call's)"
+    if age_s(asked, _when(made.at)) > expire:
+        return f"it was made after the call expired ({expire / 3600:g} h undecided)"
+    return None
+
+
+def set_aside(store: RunStore, ticket: str, call_id: str, why: str) -> None:
+    """Move the decision file on a call that did not count to decisions/void/ (kept, with
+    why in the trace), so the call can be decided again."""
+    path = store.dir / DECISIONS / _name(ticket, call_id)
+    if not path.exists():
+        return
+    folder = store.dir / DECISIONS / VOID
+    folder.mkdir(parents=True, exist_ok=True)
+    stem = path.name.removesuffix(".json")
+    with store.fence.held():
+        for n in range(1, 1000):
+            aside = folder / f"{stem}.{n}.json"
+            try:
+                os.link(path, aside)  # never over an earlier one
+            except FileExistsError:
+                continue
+            except FileNotFoundError:
+                return  # set aside already (by whoever decided it meanwhile)
+            os.unlink(path)
+            break
+    kept = f"{DECISIONS}/{VOID}/{aside.name}"
+    store.tracer(node="approval", ticket=ticket).emit(
+        "decision_set_aside", call_id=call_id, why=why, kept=kept
+    )
 
 
 def record(store: RunStore, made: Decision) -> Decision:
@@ -126,30 +228,30 @@ def decide(
     approved: bool,
     by: str,
     reason: str = "",
-    current_hash: str | None = None,
 ) -> Decision:
-    """A person's decision on the call `ticket` waits with (`call_id`, if it waits with
-    several over time); `UsageError` for an unknown call, a second decision, or a call whose
-    arguments changed since it was asked (`current_hash`: the agent's own copy's hash)."""
-    waiting = waiting_of(store, ticket)
+    """A person's decision on the call `ticket` waits with (`call_id`: that call); a
+    decision file on it that does not count is set aside first. `UsageError` for an unknown,
+    decided or expired call, or one whose arguments changed since it was asked: that one is
+    asked again with the arguments the ticket's agent has now, for a person to see first."""
+    open_calls = waiting_of(store, ticket)
     if call_id is not None:
-        waiting = [r for r in waiting if r.call_id == call_id]
-    if not waiting and (earlier := _decided(store, ticket, call_id)) is not None:
-        raise UsageError(_already(earlier, earlier))
-    if not waiting:
-        asked = f" call {call_id}" if call_id else " call"
+        open_calls = [s for s in open_calls if s.request.call_id == call_id]
+    if not open_calls:
+        raise UsageError(_not_open(store, ticket, call_id))
+    found = open_calls[0]
+    asked = found.request
+    now = current_args(store, ticket, asked.call_id)
+    now = asked.args if now is None else now
+    if args_hash(now) != asked.args_hash:
+        ask(store, asked.model_copy(update={"args": now, "args_hash": args_hash(now)}))
+        shown = json.dumps(now, ensure_ascii=False)
         raise UsageError(
-            f"run {store.run_id}: ticket {ticket} waits for no{asked} (ticketgraph pending)"
+            f"call {asked.call_id} of {ticket}: its arguments changed since it was asked (the "
+            f"hash differs); it waits again with the arguments it has now, {shown}: decide "
+            "it again (ticketgraph pending)"
         )
-    if len(waiting) > 1:
-        ids = ", ".join(r.call_id for r in waiting)
-        raise UsageError(f"ticket {ticket} waits with several calls ({ids}): name one with --call")
-    asked = waiting[0]
-    if current_hash is not None and current_hash != asked.args_hash:
-        raise UsageError(
-            f"call {asked.call_id} of {ticket}: its arguments changed since it was asked "
-            "(the hash differs): decide it again with ticketgraph pending"
-        )
+    if found.void is not None:
+        set_aside(store, ticket, asked.call_id, found.void)
     made = Decision(
         ticket=ticket,
         call_id=asked.call_id,
@@ -163,52 +265,109 @@ def decide(
     return record(store, made)
 
 
-def _decided(store: RunStore, ticket: str, call_id: str | None) -> Decision | None:
-    """The latest decision on a call of `ticket` (`call_id`, or any)."""
-    folder = store.dir / DECISIONS
-    if call_id is not None:
-        return decision(store, ticket, call_id)
-    found = [Decision.model_validate_json(p.read_bytes()) for p in folder.glob(f"{ticket}.*.json")]
-    return max(found, key=lambda d: d.at, default=None)
+def _not_open(store: RunStore, ticket: str, call_id: str | None) -> str:
+    """Why `ticket` has no call (`call_id`) a person can decide now."""
+    asked = [r for r in requests_of(store, ticket) if call_id in (None, r.call_id)]
+    if not asked:
+        which = f" call {call_id}" if call_id else " call"
+        return f"run {store.run_id}: ticket {ticket} waits for no{which} (ticketgraph pending)"
+    latest = standing(store, max(asked, key=lambda r: r.asked_at), expire_s(store.meta().config))
+    call = latest.request.call_id
+    if latest.decided is not None:
+        return _already(latest.decided, latest.decided)
+    if latest.expired:
+        hours = store.meta().config.approval_expire_h
+        return (
+            f"call {call} of {ticket} expired: it waited {hours:g} h undecided ([approvals] "
+            f"expire_h) and can no longer be decided; `ticketgraph requeue {store.run_id} "
+            f"{ticket}` puts the ticket back in inbox/ for a new run"
+        )
+    status = _record_status(store, ticket)
+    return f"ticket {ticket} no longer waits for call {call} (it is {status}): nothing to decide"
 
 
-def waiting_of(store: RunStore, ticket: str | None = None) -> list[Request]:
-    """The run's calls (of `ticket`, or all) that wait for a decision, oldest first."""
+def waiting_of(store: RunStore, ticket: str | None = None) -> list[Standing]:
+    """The run's calls (of `ticket`, or all) a person can decide now, oldest first: asked,
+    still waited for by their ticket, not past their expiry, and without a decision that
+    counts."""
+    try:
+        expire = expire_s(store.meta().config)
+    except RunStateError:  # no readable run.json: no expiry to go by, so none is assumed
+        expire = float("inf")
+    found, waits = [], _Waits(store)
+    for asked in requests_of(store, ticket):
+        if waits.on(asked.ticket) != asked.call_id:
+            continue
+        now = standing(store, asked, expire)
+        if now.decided is None and not now.expired:
+            found.append(now)
+    return sorted(found, key=lambda s: s.request.asked_at)
+
+
+def requests_of(store: RunStore, ticket: str | None = None) -> list[Request]:
+    """Every readable request of the run (of `ticket`, or all)."""
     folder = store.dir / REQUESTS
-    if not folder.is_dir():
-        return []
     found = []
     for path in sorted(folder.glob(f"{ticket}.*.json" if ticket else "*.json")):
-        asked = Request.model_validate_json(path.read_bytes())
-        if (
-            asked.ticket == (ticket or asked.ticket)
-            and not (store.dir / DECISIONS / path.name).exists()
-        ):
-            found.append(asked)
-    return sorted(found, key=lambda r: r.asked_at)
+        with contextlib.suppress(OSError, ValidationError):
+            asked = Request.model_validate_json(path.read_bytes())
+            if asked.ticket == (ticket or asked.ticket):
+                found.append(asked)
+    return found
 
 
-def pending(workspace: Path) -> list[Request]:
-    """Every call that waits for a decision, in every run of the workspace, oldest first."""
-    found: list[Request] = []
+class _Waits:
+    """The call each ticket's record waits with (records read once each)."""
+
+    def __init__(self, store: RunStore) -> None:
+        self.store = store
+        self.known: dict[str, str | None] = {}
+
+    def on(self, ticket: str) -> str | None:
+        if ticket not in self.known:
+            self.known[ticket] = _waiting_call(self.store, ticket)
+        return self.known[ticket]
+
+
+def _waiting_call(store: RunStore, ticket: str) -> str | None:
+    try:
+        record = store.record(ticket)
+    except RunStateError:
+        return None
+    waits = record.status is TicketStatus.AWAITING_APPROVAL and record.waiting is not None
+    return record.waiting.call_id if waits else None  # type: ignore[union-attr]
+
+
+def _record_status(store: RunStore, ticket: str) -> str:
+    try:
+        record = store.record(ticket)
+    except RunStateError as exc:
+        return f"unreadable: {exc}"
+    return record.status.value + (f", stop {record.stop}" if record.stop else "")
+
+
+def pending(workspace: Path) -> list[Standing]:
+    """Every call a person can decide now, in every run of the workspace, oldest first."""
+    found: list[Standing] = []
     for run_dir in sorted((workspace / "runs").glob("run-*")):
         if (run_dir / REQUESTS).is_dir():
             found += waiting_of(RunStore(run_dir))
-    return sorted(found, key=lambda r: r.asked_at)
+    return sorted(found, key=lambda s: s.request.asked_at)
 
 
 def age_s(request: Request, now: datetime | None = None) -> float:
-    """How long the call has waited, in seconds."""
-    asked = datetime.fromisoformat(request.asked_at.replace("Z", "+00:00"))
-    return ((now or datetime.now(UTC)) - asked).total_seconds()
+    """How long the call has waited (by `now`), in seconds."""
+    return ((now or datetime.now(UTC)) - _when(request.asked_at)).total_seconds()
 
 
-def current_hash(store: RunStore, ticket: str, call_id: str) -> str | None:
-    """The hash of the arguments the call has in the ticket's own agent state now (None if
-    no agent of the ticket stopped for it): what a decision is checked against."""
+def current_args(store: RunStore, ticket: str, call_id: str) -> dict[str, Any] | None:
+    """The arguments the call has in the ticket's own agent state now (None if no agent of
+    the ticket stopped for it): what a decision is checked against."""
     for path in sorted((store.dir / "agents").glob(f"{ticket}.*.json")):
-        state = json.loads(path.read_bytes())
-        stopped = state.get("interruption") or {}
+        try:
+            stopped = json.loads(path.read_bytes()).get("interruption") or {}
+        except (OSError, ValueError, AttributeError):
+            continue  # not an agent's state: no call of it to check against
         if stopped.get("type") == "approval" and stopped.get("call_id") == call_id:
-            return args_hash(stopped.get("args") or {})
+            return dict(stopped.get("args") or {})
     return None

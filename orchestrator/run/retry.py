@@ -8,10 +8,11 @@ from typing import Literal
 
 from orchestrator.plan.steps import Plan, Step
 from orchestrator.run import approvals, cancels
-from orchestrator.run.records import FAILED_STOPS, Cancel, RunPhase, TicketStatus
+from orchestrator.run.records import FAILED_STOPS, Cancel, RunPhase, TicketStatus, WaitingCall
 from orchestrator.run.store import ROUTER, RunStore
 from workers.state import RunState
 from workers.state import retry as retry_state
+from workers.trace import now_iso
 
 RetryPolicy = Literal["retryable", "all", "none"]
 
@@ -54,25 +55,28 @@ def reopen(
 
 
 def _take_up_decided(store: RunStore, plan: Plan) -> Reopened:
-    """Tickets waiting for a person: decided ones back to their step, old ones expired."""
+    """Tickets waiting for a person: decided ones back to their step, old ones expired; a
+    decision that does not count (approvals.standing) leaves its ticket waiting."""
     taken = Reopened()
-    tickets = store.tickets()
     earliest: Step | None = None
-    expire_s = store.meta().config.approval_expire_h * 3600
-    for ticket_id, ticket in tickets.items():
+    expire_s = approvals.expire_s(store.meta().config)
+    for ticket_id, ticket in store.tickets().items():
         if ticket.status is not TicketStatus.AWAITING_APPROVAL or ticket.waiting is None:
             continue
-        call = ticket.waiting.call_id
-        asked = approvals.request(store, ticket_id, call)
-        if approvals.decision(store, ticket_id, call) is not None:
+        asked = _asked(store, ticket_id, ticket.waiting, ticket.stopped_in)
+        found = approvals.standing(store, asked, expire_s)
+        if found.decided is not None:
             step = plan.stopped_in(ticket.stopped_in, store.draft_path(ticket_id).exists())
             ticket.status = step.takes or ticket.status
             ticket.waiting, ticket.stop, ticket.stopped_in = None, None, None
             taken.decided.append(ticket_id)
             earliest = step if earliest is None or _before(plan, step, earliest) else earliest
-        elif asked is not None and approvals.age_s(asked) > expire_s:
+        elif found.expired:
             ticket.status, ticket.stop = TicketStatus.NEEDS_HUMAN, "approval_expired"
-            ticket.error = f"call {call} ({asked.tool}) waited {expire_s / 3600:g} h undecided"
+            late = f" ({found.void})" if found.void else ""
+            ticket.error = (
+                f"call {asked.call_id} ({asked.tool}) waited {expire_s / 3600:g} h undecided{late}"
+            )
             taken.expired.append(ticket_id)
         else:
             taken.still_waiting += 1
@@ -80,6 +84,27 @@ def _take_up_decided(store: RunStore, plan: Plan) -> Reopened:
         store.save_ticket(ticket_id, ticket)
     _redo(store, plan, earliest)
     return taken
+
+
+def _asked(
+    store: RunStore, ticket_id: str, waiting: WaitingCall, step: str | None
+) -> approvals.Request:
+    """The request of the call the ticket waits with; written again from its record if its
+    file is gone, so that `pending` shows the call."""
+    asked = approvals.request(store, ticket_id, waiting.call_id)
+    if asked is None:
+        asked = approvals.Request(
+            run_id=store.run_id,
+            ticket=ticket_id,
+            call_id=waiting.call_id,
+            tool=waiting.tool,
+            args=waiting.args,
+            args_hash=waiting.args_hash,
+            asked_at=waiting.asked_at or now_iso(),
+            step=step or "draft",
+        )
+        approvals.ask(store, asked)
+    return asked
 
 
 def _before(plan: Plan, a: Step, b: Step) -> bool:

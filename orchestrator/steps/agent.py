@@ -24,6 +24,7 @@ from workers.tools import Catalog, Tool, ToolScope
 from workers.trace import Tracer
 
 TIME_LIMIT = "time_limit"  # the cancel reason of a task that reached its soft limit
+EXPIRED = "approval_expired"  # the stop of a ticket whose call expired undecided
 NO_SCRIPT = "no script matched the request"  # what the scripted provider answers then
 
 _clients: dict[str, ModelClient] = {}
@@ -42,7 +43,7 @@ class AgentResult:
     error: str | None
     usage: StepUsage
     retryable: bool = False
-    stopped_by: str | None = None  # why a cancelled run stopped (time_limit, ...)
+    stopped_by: str | None = None  # why it stopped short (time_limit, approval_expired, ...)
     unsure_writes: list[str] = field(default_factory=list)  # interrupted writes: check them
     waiting: Interruption | None = None  # the call it stopped for, waiting for a person
     out_of_budget: bool = False  # a call was not started: the run's (or ticket's) budget
@@ -50,9 +51,10 @@ class AgentResult:
     @property
     def stop(self) -> str:
         """The ticket's stop reason when this run did not produce an answer: its own cap
-        (`max_turns`, `budget`), the task's `time_limit`, or `worker_failed`."""
-        if self.stopped_by == TIME_LIMIT:
-            return "time_limit"
+        (`max_turns`, `budget`), the task's `time_limit`, a call's `approval_expired`, or
+        `worker_failed`."""
+        if self.stopped_by in (TIME_LIMIT, EXPIRED):
+            return self.stopped_by
         if self.stopped_by is not None and self.stopped_by.startswith(CANCELLED):
             return "cancelled"
         return {
@@ -90,9 +92,9 @@ def run_agent(
     )
     catalog = Catalog(tools or [])
     if scope is not None and (
-        refused := steps_approval.bring_back(ctx, scope.ticket_id, state, catalog)
+        unapplied := steps_approval.bring_back(ctx, scope.ticket_id, state, catalog)
     ):
-        return _refused(state, refused)
+        return _unapplied(ctx, state, state_path, unapplied)
     harness = loop.Harness(
         client=shared_client(ctx.llm, ctx.redis),
         catalog=catalog,
@@ -167,9 +169,18 @@ def _cancelled(stopped_by: str | None) -> bool:
     return stopped_by is not None and stopped_by.startswith(CANCELLED)
 
 
-def _refused(state: RunState, error: str) -> AgentResult:
+def _unapplied(
+    ctx: Context, state: RunState, state_path: Path, unapplied: steps_approval.Unapplied
+) -> AgentResult:
+    """A decision that was not applied: the call waits for a person again, with the
+    arguments it has now (saved in the agent's state, which a decision is checked against),
+    or the call expired and the ticket ends `approval_expired`."""
     usage = StepUsage(calls=0, tokens=0, cost_usd=0.0)
-    return AgentResult(None, RunStatus.FAILED, error, usage)
+    if unapplied.again is None:
+        return AgentResult(None, RunStatus.FAILED, unapplied.why, usage, stopped_by=EXPIRED)
+    state.status, state.interruption = RunStatus.INTERRUPTED, unapplied.again
+    state.save(state_path, fence=ctx.store.fence)
+    return AgentResult(None, RunStatus.INTERRUPTED, unapplied.why, usage, waiting=unapplied.again)
 
 
 @dataclass

@@ -131,6 +131,10 @@ class Context:
         request in approvals/, the ticket `awaiting_approval` (its slot goes to the next one);
         `resume` takes it up in this step once the call is decided."""
         args = dict(call.args or {})
+        # A decision already on this call id was made for an earlier call under the same
+        # id (another agent run of the ticket numbered its calls alike): never this one's.
+        why = "it was made for an earlier call under the same id"
+        approvals.set_aside(self.store, ticket_id, call.call_id or "", why)
         request = approvals.Request(
             run_id=self.store.run_id,
             ticket=ticket_id,

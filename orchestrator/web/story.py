@@ -75,6 +75,8 @@ class DecisionView:
 
     request: approvals.Request
     decision: approvals.Decision | None
+    open: bool = False  # a person can decide it now
+    note: str | None = None  # why it cannot be decided, or a decision file that does not count
 
 
 @dataclass
@@ -242,16 +244,22 @@ def _agent(step: str, state: RunState, events: list[dict[str, Any]]) -> AgentVie
 
 
 def _decisions(store: RunStore, ticket_id: str) -> list[DecisionView]:
-    """Every call of the ticket that asked for a person, with its decision if made."""
-    folder = store.dir / approvals.REQUESTS
-    if not folder.is_dir():
-        return []
+    """Every call of the ticket that asked for a person, with the decision that counts if
+    one was made, and whether a person can decide it now (and if not, why not)."""
+    open_calls = {s.request.call_id for s in approvals.waiting_of(store, ticket_id)}
+    expire = approvals.expire_s(store.meta().config)
     views = []
-    for path in sorted(folder.glob(f"{ticket_id}.*.json")):
-        try:
-            asked = approvals.Request.model_validate_json(path.read_bytes())
-        except (OSError, ValueError):
-            continue
-        if asked.ticket == ticket_id:
-            views.append(DecisionView(asked, approvals.decision(store, ticket_id, asked.call_id)))
+    for asked in approvals.requests_of(store, ticket_id):
+        found = approvals.standing(store, asked, expire)
+        views.append(DecisionView(asked, found.decided, asked.call_id in open_calls, _note(found)))
     return sorted(views, key=lambda v: v.request.asked_at)
+
+
+def _note(found: approvals.Standing) -> str | None:
+    if found.decided is not None:
+        return None
+    if found.expired:
+        return "it expired undecided ([approvals] expire_h) and can no longer be decided"
+    if found.void is not None:
+        return f"its decision file does not count ({found.void})"
+    return None

@@ -107,6 +107,13 @@ def _trace(workspace: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
+def _pending_amounts(cli: Cli, workspace: Path) -> list[tuple[str, int]]:
+    """What `pending --json` lists: each waiting call's ticket and amount."""
+    listed = cli("pending", "--json", cwd=workspace)
+    assert listed.returncode == 0, listed.stderr
+    return [(r["ticket"], r["args"]["amount_cents"]) for r in json.loads(listed.stdout)]
+
+
 def _waits_for_its_refund(demo: Path, cents: int) -> None:
     """T-1001 stopped for its refund; every other ticket has its reference verdict."""
     record = state(demo)
@@ -239,7 +246,8 @@ def test_an_injected_refund_waits_and_bad_decisions_are_refused(demo: Path, cli:
     assert nothing.returncode == 64 and "T-1002 waits for no call" in nothing.stderr
 
     # The call's arguments in the ticket's saved agent state changed (tampered with):
-    # a decision made now would be for other arguments than were asked; refused.
+    # a decision made now would be for other arguments than were asked; refused, and the
+    # call waits again with the arguments it has now, for a person to see first.
     agent = run_dir / "agents" / "T-1004.draft.json"
     saved = agent.read_text()
     changed = json.loads(saved)
@@ -248,7 +256,11 @@ def test_an_injected_refund_waits_and_bad_decisions_are_refused(demo: Path, cli:
     tampered = cli("approve", run_id, "T-1004", cwd=demo)
     assert tampered.returncode == 64 and "arguments changed" in tampered.stderr
     assert not (run_dir / "decisions").exists() or not list((run_dir / "decisions").iterdir())
+    assert _pending_amounts(cli, demo) == [("T-1004", 1)]
     agent.write_text(saved)
+    back = cli("approve", run_id, "T-1004", cwd=demo)
+    assert back.returncode == 64 and "arguments changed" in back.stderr
+    assert _pending_amounts(cli, demo) == [("T-1004", 99999)]
 
     assert (
         cli("reject", run_id, "T-1004", "--reason", "a prompt injection", cwd=demo).returncode == 0

@@ -262,6 +262,7 @@ def test_stats_count_requests_tokens_and_scripts_and_reset(serve: Serve) -> None
         "tools": {},  # no request offered a tool
         "abandoned": 0,  # every client waited for its reply
         "rate_limited": 0,  # no token rate was set
+        "protocol_errors": {},  # every tool call was answered (none was made)
         "last_abandoned_at": None,
     }
     reset = httpx.post(f"{url.removesuffix('/v1')}/stats/reset", timeout=5)
@@ -270,6 +271,7 @@ def test_stats_count_requests_tokens_and_scripts_and_reset(serve: Serve) -> None
     after = stats(url)
     assert after.pop("cpu_s") >= 0
     empty = {"scripts": {}, "params": {}, "tools": {}, "abandoned": 0, "rate_limited": 0}
+    empty["protocol_errors"] = {}
     assert after == {
         **zero,
         **empty,
@@ -277,6 +279,24 @@ def test_stats_count_requests_tokens_and_scripts_and_reset(serve: Serve) -> None
         "last_abandoned_at": None,
         "last_arrival_at": None,
     }
+
+
+def test_requests_a_strict_endpoint_would_refuse_are_answered_and_counted_by_why(
+    serve: Serve,
+) -> None:
+    url = serve([text_script("a", {"model": "^a$"})])
+    answered = [user(), assistant_call("c1", "f"), tool("c1", "ok")]
+    assert chat(url, "a", answered).status_code == 200
+    unanswered = [user(), assistant_call("c1", "f"), user("and?")]
+    reused = [*answered, assistant_call("c1", "f"), tool("c1", "ok")]
+    stray = [user(), tool("c9", "ok")]
+    for messages in (unanswered, unanswered, reused, stray):
+        assert chat(url, "a", messages).status_code == 200
+    errors = stats(url)["protocol_errors"]
+    assert sorted(errors.values()) == [1, 1, 2]
+    assert errors["tool call id 'c1' is used by more than one call"] == 1
+    assert [n for why, n in errors.items() if "these have none: c1" in why] == [2]
+    assert [n for why, n in errors.items() if "answers 'c9'" in why] == [1]
 
 
 def test_cpu_s_grows_with_requests_and_restarts_at_reset(serve: Serve) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import yaml
 
@@ -15,7 +16,7 @@ from workers.chapter_tools import ChapterFolder, make_demo_workspace
 from workers.client import ModelClient
 from workers.provider import running_provider
 from workers.settings import HarnessSettings
-from workers.state import RunStatus, new_run
+from workers.state import RunStatus, approve, new_run
 from workers.tools import Catalog
 from workers.trace import Tracer
 
@@ -104,3 +105,44 @@ def test_usage_the_server_left_out_is_estimated_and_still_charged(tmp_path: Path
     assert state.usage.estimated and state.usage.estimated_requests == 1
     (turn,) = [e for e in trace.read(tmp_path / "trace.jsonl") if e["event"] == "turn"]
     assert turn["estimated"] is True
+
+
+def _read(call_id: str, path: str) -> dict[str, Any]:
+    return {"id": call_id, "name": "read_file", "arguments": {"path": path}}
+
+
+REUSED = {
+    "name": "reused",
+    "replies": [
+        {"tool_calls": [_read("c1", "notes.txt"), _read("c1", "access.log")]},  # one reply
+        {"tool_calls": [{"id": "c1", "name": "delete_file", "arguments": {"path": "notes.txt"}}]},
+        {"text": "Read both, deleted notes.txt."},
+    ],
+}
+
+
+def test_reused_call_ids_are_each_answered_and_a_reused_write_waits_for_approval(
+    tmp_path: Path,
+) -> None:
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(yaml.safe_dump([REUSED]))
+    with running_provider(scenario) as url:
+        harness = _harness(url, tmp_path)
+        state = loop.run(new_run("sys", "tidy up", "m"), harness)
+        stopped = state.interruption
+        assert state.status is RunStatus.INTERRUPTED and stopped is not None
+        assert (stopped.type, stopped.call_id, stopped.tool) == ("approval", "c1-3", "delete_file")
+        assert (tmp_path / "ws" / "notes.txt").exists()
+        approve(state, "c1-3")
+        state = loop.run(state, harness)
+        seen = httpx.get(url.replace("/v1", "/stats")).json()
+    assert state.status is RunStatus.COMPLETED and not (tmp_path / "ws" / "notes.txt").exists()
+    ids = [c.id for m in state.messages for c in m.tool_calls or []]
+    answers = {m.tool_call_id: m.content or "" for m in state.messages if m.role == "tool"}
+    assert ids == ["c1", "c1-2", "c1-3"] and len(answers) == 3 == state.tool_runs
+    assert answers["c1"].startswith("Remember") and answers["c1-2"].startswith("GET /health")
+    events = trace.read(tmp_path / "trace.jsonl")
+    reused = [(e["given"], e["call_id"]) for e in events if e["event"] == "tool_call_id_reused"]
+    assert reused == [("c1", "c1-2"), ("c1", "c1-3")]
+    assert [e["call_id"] for e in events if e["event"] == "tool_result"] == ids
+    assert seen["protocol_errors"] == {}  # no request a strict endpoint would refuse

@@ -33,7 +33,13 @@ from starlette.routing import Route
 
 from workers.provider import anthropic_messages
 from workers.provider.scenario import Fault, Scenario, Script
-from workers.provider.wire import ChatRequest, ConversationView, RenderedReply, render_reply
+from workers.provider.wire import (
+    ChatRequest,
+    ConversationView,
+    RenderedReply,
+    protocol_error,
+    render_reply,
+)
 
 # What a proxy (nginx, a load balancer) sends when the server behind it fails.
 HTML_ERROR = (
@@ -72,6 +78,10 @@ class Stats:
     last_abandoned_at: float | None = None
     last_arrival_at: float | None = None
     rate_limited: int = 0  # requests answered 429 by the token rate (--tpm-limit)
+    # Requests a strict endpoint (OpenAI's, Anthropic's) would refuse for breaking the
+    # tool-call rules, by why (wire.protocol_error); scripts are answered anyway, as tests
+    # step a script's turns with calls left unanswered.
+    protocol_errors: Counter[str] = field(default_factory=Counter)
 
     def begin(self) -> None:
         """A chat-completions request has arrived."""
@@ -105,6 +115,7 @@ class Stats:
         self.scripts.clear()
         self.params.clear()
         self.tools.clear()
+        self.protocol_errors.clear()
         self.cpu_started = time.process_time()
 
     def snapshot(self) -> dict[str, Any]:
@@ -120,6 +131,7 @@ class Stats:
             "tools": dict(self.tools),
             "abandoned": self.abandoned,
             "rate_limited": self.rate_limited,
+            "protocol_errors": dict(self.protocol_errors),
             "last_abandoned_at": self.last_abandoned_at,
             "last_arrival_at": self.last_arrival_at,
             "cpu_s": round(time.process_time() - self.cpu_started, 6),
@@ -224,7 +236,10 @@ async def _answer(
     request: ChatRequest, state: ProviderState, http: Request, messages_api: bool = False
 ) -> Response:
     """Match a script, play its fault or latency, and render the reply for this turn; a
-    client that leaves meanwhile is counted as abandoned (nobody reads the reply)."""
+    client that leaves meanwhile is counted as abandoned (nobody reads the reply). A request
+    that breaks the tool-call rules is counted (Stats.protocol_errors), then answered."""
+    if (problem := protocol_error(request)) is not None:
+        state.stats.protocol_errors[problem] += 1
     matched = state.scenario.match(ConversationView.of(request))
     if matched is None:
         message = f"no script matched the request (model {request.model!r})"

@@ -50,8 +50,9 @@ per-model scripts cost a request about as much as a few.
 
 Other endpoints: POST /v1/messages (the same scripts in Anthropic's Messages shape), GET
 /stats (requests, tokens, per-script counts, the max_tokens/temperature each script saw, the
-tools each script's last request offered, and cpu_s: the process's CPU seconds since start
-or reset), POST /stats/reset, GET /healthz.
+tools each script's last request offered, protocol_errors: requests a strict endpoint would
+refuse for a tool call left unanswered or an id used twice, and cpu_s: the process's CPU
+seconds since start or reset), POST /stats/reset, GET /healthz.
 Faults: status (+ retry_after, + html: a proxy's error page), malformed, reset (the
 connection drops mid-body), hang_ms.
 """

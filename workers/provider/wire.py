@@ -76,6 +76,37 @@ class ChatRequest(BaseModel):
         return sum(1 for m in self.messages if m.role == "assistant")
 
 
+def protocol_error(request: ChatRequest) -> str | None:
+    """Why the request breaks the tool-call rules a strict endpoint enforces (OpenAI's and
+    Anthropic's APIs do), or None: each call of an assistant message answered by exactly
+    one tool message before the next other message, no tool message that answers no call,
+    and no call id used twice in the conversation."""
+    seen: set[str] = set()
+    unanswered: list[str] = []
+    for message in request.messages:
+        if message.role == "tool":
+            if message.tool_call_id not in unanswered:
+                return (
+                    f"a tool message answers {message.tool_call_id!r}, which no preceding "
+                    "assistant message asked for, or which was answered already"
+                )
+            unanswered.remove(message.tool_call_id)
+            continue
+        if unanswered:
+            break
+        for call in message.tool_calls or []:
+            if call.id in seen:
+                return f"tool call id {call.id!r} is used by more than one call"
+            seen.add(call.id)
+            unanswered.append(call.id)
+    if unanswered:
+        return (
+            "an assistant message with tool_calls must be followed by tool messages responding "
+            f"to each tool_call_id; these have none: {', '.join(unanswered)}"
+        )
+    return None
+
+
 class ConversationView:
     """The texts `when` regexes are matched against, each built on first read, then kept."""
 
