@@ -7,11 +7,16 @@ from __future__ import annotations
 import itertools
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from orchestrator.config import layers
+from orchestrator.steps import batches, prompts
+from orchestrator.workspace import Workspace
 from tests.orchestrator.conftest import (
     REFERENCE_TICKETS,
     Cli,
@@ -23,6 +28,7 @@ from tests.orchestrator.conftest import (
     variant,
     write_scenarios,
 )
+from workers import tokens
 from workers.provider import running_provider
 
 DEMO_INBOX = Path(__file__).resolve().parents[2] / "orchestrator" / "demo" / "inbox"
@@ -80,6 +86,69 @@ def router_calls(run_dir: Path) -> dict[str, list[str]]:
             line.split(":", 1)[0] for line in task["content"].splitlines()
         ]
     return asked
+
+
+def demo_texts(n: int) -> dict[str, str]:
+    """`n` tickets whose texts cycle the demo's, as the router is shown them."""
+    demo = [p.read_text() for p in sorted(DEMO_INBOX.glob("*.txt"))]
+    return {f"T-{20001 + k}": demo[k % len(demo)] for k in range(n)}
+
+
+def test_a_batch_is_as_big_as_half_of_max_tokens_and_the_window_allow(demo: Path) -> None:
+    """Counted with o200k_base: each batch's expected reply (`id: category` a ticket) fits
+    half of max_tokens and its prompt the window less the reply, and one ticket more would
+    not fit; a smaller window makes the prompt the bound, batch_tickets caps both."""
+    config = layers.declared(Workspace(demo))
+    texts = demo_texts(300)
+    ids = list(texts)
+    system = prompts.ROUTER.format(categories="billing (...)")
+    longest = max(config.categories, key=tokens.count)
+
+    def reply(batch: list[str]) -> int:
+        return sum(tokens.count(f"{t}: {longest}\n") for t in batch)
+
+    def prompt(batch: list[str]) -> int:
+        return tokens.count(prompts.router_input([(t, texts[t]) for t in batch])) + len(batch)
+
+    plan = batches.for_run(config, texts).plan(ids)
+    assert [t for batch in plan for t in batch] == ids
+    for batch, after in itertools.pairwise(plan):
+        assert reply(batch) <= ROUTER_MAX_TOKENS // 2 < reply([*batch, after[0]])
+    narrow = config.model_copy(update={"router_context_tokens": 1024})
+    window = 1024 - ROUTER_MAX_TOKENS - tokens.count(system)
+    plan = batches.for_run(narrow, texts).plan(ids)
+    assert all(prompt(batch) <= window for batch in plan)
+    assert max(len(batch) for batch in plan) < ROUTER_MAX_TOKENS // 2 // reply(ids[:1])
+    capped = config.model_copy(update={"router_batch_tickets": 7})
+    assert {len(batch) for batch in batches.for_run(capped, texts).plan(ids)} == {7, 300 % 7}
+
+
+def test_the_demo_is_one_call_planned_without_building_the_tokenizer() -> None:
+    """Six tickets fit one call even counted in bytes (a token is a byte at least), so the
+    worker that routes the demo never pays the tokenizer's half second of CPU."""
+    code = (
+        "from pathlib import Path\n"
+        "from orchestrator.config import layers\n"
+        "from orchestrator.steps import batches\n"
+        "from orchestrator.workspace import Workspace\n"
+        "from workers import tokens\n"
+        f"inbox = Path({str(DEMO_INBOX)!r})\n"
+        "texts = {p.stem: p.read_text() for p in sorted(inbox.glob('*.txt'))}\n"
+        "config = layers.declared(Workspace(inbox.parent))\n"
+        "print(len(batches.for_run(config, texts).plan(list(texts))), "
+        "tokens._encoding.cache_info().currsize)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.stdout.split() == ["1", "0"], done.stderr
+
+
+def test_a_reply_cap_as_big_as_the_window_is_a_configuration_error(demo: Path, cli: Cli) -> None:
+    config = demo / "ticketgraph.toml"
+    text = config.read_text()
+    config.write_text(text.replace("[harness.router]", "[harness.router]\ncontext_tokens = 512", 1))
+    done = cli("check", cwd=demo)
+    assert done.returncode == 78 and "Traceback" not in done.stderr
+    assert "max_tokens (512) must be less than context_tokens (512)" in done.stderr
 
 
 def test_three_hundred_tickets_are_routed_in_replies_that_fit_max_tokens_side_by_side(

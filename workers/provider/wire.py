@@ -198,8 +198,8 @@ def _text(reply: Reply, request: ChatRequest, groups: Mapping[str, str]) -> str 
 
 def _capped(text: str | None, cap: int | None) -> tuple[str | None, bool]:
     """`text` cut at `cap` o200k_base tokens, and whether it was cut."""
-    if text is None or cap is None:
-        return text, False
+    if text is None or cap is None or len(text.encode("utf-8")) <= cap:
+        return text, False  # a token is a byte at least: no need to build the tokenizer
     encoded = tokens.encoding().encode(text, disallowed_special=())
     if len(encoded) <= cap:
         return text, False
