@@ -143,11 +143,8 @@ def _text(result: AgentResult, round_: int) -> str:
     if result.cut_off is not None:  # its last line may stop mid-label: it is asked again
         return result.cut_off.rpartition("\n")[0]
     if round_ == 0:
-        again = (
-            "resume retries it"
-            if result.retryable
-            else ("fix it, then resume with --retry-failed all")
-        )
+        again = "resume retries it" if result.retryable else "fix it, then resume with "
+        again += "" if result.retryable else "--retry-failed all"
         raise RouteFailed(f"the router did not answer: {result.error} ({again})")
     if result.retryable:  # resume asks again (the calls before were paid)
         raise RouteFailed(f"the router did not answer again: {result.error} (resume retries it)")
@@ -156,7 +153,7 @@ def _text(result: AgentResult, round_: int) -> str:
 
 def _name(round_: int, k: int) -> str:
     """The agent state name of batch `k` of a round: `route`, `route-b2`, …; the first
-    re-asks `route-again`, `route-again-b2`, …; the later ones `route-again3`, …"""
+    re-asks `route-again`, `route-again-b2`, …; the later ones `route-again2`, …"""
     base = "route" if round_ == 0 else "route-again" if round_ == 1 else f"route-again{round_}"
     return base if k == 0 else f"{base}-b{k + 1}"
 
