@@ -74,11 +74,11 @@ def _round(ctx: Context, llm: Provider, n: int) -> dict[str, Any]:
     workload = _fresh(ctx, n, "a-langgraph")
     with llm.metered() as meter:
         peer = run_langgraph(workload.root, llm.url, POOL, ctx.timeout_s())
-    peer.check(sum(workload.calls.values()), workload.tokens)
+    peer.check(workload.peer_calls, workload.peer_tokens)
     cost = meter.cost
     durable_workload = _fresh(ctx, n, "a-langgraph-sqlite")
     durable = run_langgraph(durable_workload.root, llm.url, POOL, ctx.timeout_s(), durable=True)
-    durable.check(sum(durable_workload.calls.values()), durable_workload.tokens)
+    durable.check(durable_workload.peer_calls, durable_workload.peer_tokens)
     seed = seed_script.run(tickets=n, pool=POOL, latency_ms=LATENCY_MS)
     return {
         "ours": ours,

@@ -40,6 +40,7 @@ RUNS = 3  # runs of each layout, alternating (--runs overrides)
 
 MARKER = "DRAFT-BODY-MARKER"
 BIG_DRAFT = "Ticket T-1001: " + f"{MARKER} lorem ipsum dolor sit amet. " * 2300  # ~101 KB
+BIG_MAX_TOKENS = 65536
 DEMO_WORKER = WorkerSpec("e", 1, 2)
 
 
@@ -179,7 +180,10 @@ def _monitored(ctx: Context, port: int, env: dict[str, str], big: bool) -> dict[
     init_demo(root)
     if big:
         config = root / CONFIG_FILE
-        config.write_text(config.read_text().replace('model = "demo"', 'model = "big"'))
+        # A reply is cut at max_tokens (the scripted provider's as a real one's): the 100 KB
+        # draft, about 25,000 tokens, needs a cap that holds it.
+        text = config.read_text().replace('model = "demo"', 'model = "big"')
+        config.write_text(text.replace("max_tokens = 1024", f"max_tokens = {BIG_MAX_TOKENS}", 1))
     with Monitor(port) as monitor:
         run = run_ticketgraph(root, root / "logs", ctx.timeout_s(), env)
     run.check(None, None, 6)

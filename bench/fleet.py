@@ -51,7 +51,7 @@ def run(ctx: Context, section: Section) -> None:
         peer_ws = build(ctx.folder("h-langgraph"), n, LATENCY_MS, POOL)
         with llm.metered() as peer_meter:
             peer = run_langgraph(peer_ws.root, llm.url, POOL, ctx.timeout_s())
-        peer.check(sum(peer_ws.calls.values()), peer_ws.tokens)
+        peer.check(peer_ws.peer_calls, peer_ws.peer_tokens)
     ideal = shape.critical_path_s()
     embedded = Layout("ours", "ours (embedded)", ours, ours_meter.cost, ours.process.peaks, True)
     section.raw = {

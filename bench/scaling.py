@@ -278,7 +278,7 @@ def _provider_runs(ctx: Context, n: int, raw: dict[str, Any]) -> list[Figure]:
             peer_ws = build(ctx.folder(f"c-{name}"), n, LATENCY_MS, POOL)
             with llm.metered() as meter:
                 peer = run_langgraph(peer_ws.root, llm.url, POOL, ctx.timeout_s(), durable)
-            peer.check(sum(shape.calls.values()), shape.tokens)
+            peer.check(shape.peer_calls, shape.peer_tokens)
             peers[name] = peer, meter.cost
     ours.check(shape.calls, shape.tokens, n)
     raw["provider_runs"] = {"ours": ours.to_json() | {"provider": ours_meter.cost.to_json()}} | {

@@ -3,9 +3,13 @@
 From DESIGN.md: ticket k = 1..N gets id `T-(100000+k)` and the text of demo ticket (k-1) mod 6
 (T-1001..T-1006, sorted), with that ticket's scripted replies, its id replaced and usage
 unchanged; the router answers one line per ticket with the demo's raw label, usage fixed at
-624 + 96 for any N. At N = 1,000: calls route/fanout/review 1/1,334/333, 1,990,100 tokens.
+624 + 96 a call. At N = 1,000: calls fanout/review 1,334/333, 1,990,100 tokens besides
+routing. ticketgraph routes in batches that fit the router's max_tokens (steps/batches.py:
+28 calls at N = 1,000 with the demo's 512); a peer that routes in one call pays 1 (`peer_*`).
 
-The scenario stays a handful of scripts for any N (only the router's text grows): each demo
+The scenario stays a handful of scripts for any N: the router answers line by line (a
+`lines` reply: each ticket line of its request gets its demo ticket's label, told apart by
+the ticket's text), so each batch is answered about exactly its tickets; each other demo
 script becomes one templated script whose `user` regex captures the clone's id as `{ticket}`
 and tells the demo tickets apart by their request text, built with the same
 `orchestrator.prompts` functions that write the requests: a draft by the customer's text, a
@@ -13,8 +17,8 @@ rewrite by the previous draft it quotes.
 
     from bench.workload import build
     workload = build(Path("/tmp/ws"), 1000, latency_ms=50, pool_size=16)
-    workload.calls, workload.tokens   # {'route': 1, 'fanout': 1334, 'review': 333}, 1990100
-    workload.critical_path_s()        # 5.259...: the ideal wall time (see its docstring)
+    workload.calls, workload.tokens   # {"route": 28, "fanout": 1334, "review": 333}, 2009540
+    workload.critical_path_s()        # 5.309...: the ideal wall time (see its docstring)
 """
 
 from __future__ import annotations
@@ -23,13 +27,15 @@ import heapq
 import os
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from orchestrator.steps import prompts
+from orchestrator.config import layers
+from orchestrator.intake.inbox import route_text
+from orchestrator.steps import batches, prompts
 from orchestrator.workspace import CONFIG_FILE, Workspace, init_demo
 from workers.provider.scenario import map_strings
 
@@ -38,6 +44,7 @@ TICKET_GROUP = r"(?P<ticket>T-\d+)"
 # Stands for the ticket id while a request is built and escaped (no character to escape).
 MARK = "TICKETIDMARK"
 ROUTER = "router"
+ROUTE_PREFIX = 40  # characters of a demo ticket's text that tell it apart in a routing line
 REGEX_SPECIAL = re.compile(r"([.^$*+?{}\[\]\\|()])")
 
 
@@ -76,7 +83,8 @@ class Workload:
     latency_ms: float
     pool_size: int
     demo: tuple[DemoTicket, ...]
-    route_tokens: int
+    route_tokens: int  # of one routing call
+    route_calls: int = 1  # ticketgraph's routing calls: its batches of the N tickets
 
     def clone_ids(self) -> list[str]:
         """The N ticket ids, in inbox order."""
@@ -88,32 +96,44 @@ class Workload:
 
     @property
     def calls(self) -> dict[str, int]:
-        """Expected model calls per node: one router call, the drafts, the rewrites."""
+        """Expected model calls per node of ticketgraph's run: a router call a batch, the
+        drafts, the rewrites."""
         clones = self.clones()
         return {
-            "route": 1,
+            "route": self.route_calls,
             "fanout": sum(t.draft_calls for t in clones),
             "review": sum(t.rewrite_calls for t in clones),
         }
 
     @property
     def tokens(self) -> int:
-        """Expected tokens of the whole run (prompt + completion, all fixed by the scripts)."""
+        """Expected tokens of ticketgraph's whole run (prompt + completion, all fixed by the
+        scripts)."""
+        return self.peer_tokens + (self.route_calls - 1) * self.route_tokens
+
+    @property
+    def peer_calls(self) -> int:
+        """Expected model calls of a peer that routes every ticket in one call."""
+        return sum(self.calls.values()) - self.route_calls + 1
+
+    @property
+    def peer_tokens(self) -> int:
+        """Expected tokens of a peer that routes every ticket in one call."""
         clones = self.clones()
-        paid = sum(t.draft_tokens + t.rewrite_tokens for t in clones)
-        return self.route_tokens + paid
+        return self.route_tokens + sum(t.draft_tokens + t.rewrite_tokens for t in clones)
 
     def critical_path_s(
         self, latency_ms: float | None = None, pool_size: int | None = None
     ) -> float:
         """Ideal wall time: the route call, then each stage's calls spread evenly over the pool."""
-        # The model behind DESIGN.md's 5.26 s (N = 1,000, pool 16, 50 ms per call):
-        # 0.05 + (1,334 + 333) × 0.05 / 16 = 5.259 s. A lower bound, since a ticket's calls run
+        # The model behind DESIGN.md's 5.26 s (N = 1,000, pool 16, 50 ms per call, one
+        # routing call): 0.05 + (1,334 + 333) × 0.05 / 16 = 5.259 s; ticketgraph's 28 routing
+        # calls go 16 at a time, two waves: 5.309 s. A lower bound, since a ticket's calls run
         # one after another in its slot: whole tickets on a greedy list schedule
-        # (`list_schedule_s`) take 0.05 + 42 × 0.1 + 21 × 0.05 = 5.30 s.
+        # (`list_schedule_s`) take 2 × 0.05 + 42 × 0.1 + 21 × 0.05 = 5.35 s.
         latency_s, pool = self._figures(latency_ms, pool_size)
         calls = self.calls
-        return latency_s * (calls["route"] + (calls["fanout"] + calls["review"]) / pool)
+        return latency_s * (self._route_waves(pool) + (calls["fanout"] + calls["review"]) / pool)
 
     def list_schedule_s(
         self, latency_ms: float | None = None, pool_size: int | None = None
@@ -123,7 +143,11 @@ class Workload:
         clones = self.clones()
         drafts = _makespan([t.draft_calls for t in clones if t.draft_calls], pool)
         rewrites = _makespan([t.rewrite_calls for t in clones if t.rewrite_calls], pool)
-        return latency_s * (self.calls["route"] + drafts + rewrites)
+        return latency_s * (self._route_waves(pool) + drafts + rewrites)
+
+    def _route_waves(self, pool: int) -> int:
+        """The routing calls' waves: they go side by side, `pool` at a time."""
+        return -(-self.route_calls // pool)
 
     def _figures(self, latency_ms: float | None, pool_size: int | None) -> tuple[float, int]:
         """(seconds per call, slots), defaulting to the workload's own."""
@@ -151,7 +175,17 @@ def build(root: Path, n: int, latency_ms: float = 50, pool_size: int = 16) -> Wo
     _write_inbox(workspace.inbox, workload)
     _write_scenarios(workspace.scenarios, workload, scripts)
     _set_pool_size(root / CONFIG_FILE, pool_size)
-    return workload
+    return replace(workload, route_calls=_route_calls(workspace, workload))
+
+
+def _route_calls(workspace: Workspace, workload: Workload) -> int:
+    """ticketgraph's routing calls for the workload: its batches, as route plans them."""
+    config = layers.declared(workspace)
+    texts = {
+        ticket: route_text(demo.text, config.route_chars)
+        for ticket, demo in zip(workload.clone_ids(), workload.clones(), strict=True)
+    }
+    return len(batches.for_run(config, texts).plan(workload.clone_ids()))
 
 
 # --- the demo's numbers --------------------------------------------------------------------
@@ -229,13 +263,14 @@ def _write_scenarios(path: Path, workload: Workload, demo_scripts: list[dict[str
 
 
 def _router(demo_router: dict[str, Any], workload: Workload) -> dict[str, Any]:
-    """The demo's router script answering one `id: raw label` line per clone."""
-    lines = [
-        f"{ticket}: {demo.label}"
-        for ticket, demo in zip(workload.clone_ids(), workload.clones(), strict=True)
-    ]
-    reply = demo_router["replies"][0] | {"text": "\n".join(lines)}
-    return demo_router | {"replies": [reply]}
+    """The demo's router script answering one `id: raw label` line per ticket line of its
+    request: the demo ticket a clone copies is told by the start of its text."""
+    rules = []
+    for demo in workload.demo:
+        start = REGEX_SPECIAL.sub(r"\\\1", " ".join(demo.text.split())[:ROUTE_PREFIX])
+        rules.append({"match": f"^{TICKET_GROUP}: {start}", "text": f"{{ticket}}: {demo.label}"})
+    usage = demo_router["replies"][0]["usage"]
+    return demo_router | {"replies": [{"lines": rules, "usage": usage}]}
 
 
 def _draft_of(script: dict[str, Any]) -> str:

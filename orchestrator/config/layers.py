@@ -114,6 +114,8 @@ def run_config(
         router_model=router.model or harness.model,
         router_max_tokens=router.max_tokens,
         router_temperature=router.temperature,
+        router_context_tokens=router.context_tokens,
+        router_batch_tickets=router.batch_tickets,
         max_turns=harness.max_turns,
         budget_usd=harness.budget_usd,
         run_budget_usd=config.run.budget_usd,
@@ -142,7 +144,8 @@ def roles(workspace: Workspace, config: WorkspaceConfig) -> dict[str, RoleSettin
     """What `[harness.router]` sets (or the environment sets for every role), with its
     prompt_file read now, so every worker uses the same text."""
     table = config.harness.router
-    router = RoleSettings(**table.model_dump(exclude={"prompt_file"}, exclude_unset=True))
+    batching = {"prompt_file", "context_tokens", "batch_tickets"}  # not a role's setting
+    router = RoleSettings(**table.model_dump(exclude=batching, exclude_unset=True))
     if table.prompt_file:
         router.prompt = _text(workspace, "[harness.router] prompt_file", table.prompt_file)
     return {"router": router} if router.model_dump(exclude_none=True) else {}

@@ -110,8 +110,22 @@ class RouterConfig(RoleConfig):
     # A workspace file whose text replaces the built-in routing prompt; it may say
     # {categories}, which becomes the categories with their descriptions.
     prompt_file: str | None = None
+    # A run's tickets are routed in batches that fit the model (steps/batches.py): the
+    # prompt within its context window, the expected reply within max_tokens.
+    context_tokens: int = Field(default=8192, ge=256, description="the model's window")
+    batch_tickets: int | None = Field(default=None, ge=1, description="at most, per call")
 
     _inside = field_validator("prompt_file")(_a_workspace_file)
+
+    @model_validator(mode="after")
+    def _reply_fits(self) -> RouterConfig:
+        if self.max_tokens is not None and self.max_tokens >= self.context_tokens:
+            raise ValueError(
+                f"[harness.router] max_tokens ({self.max_tokens}) must be less than "
+                f"context_tokens ({self.context_tokens}): the reply shares the model's window "
+                "with the prompt"
+            )
+        return self
 
 
 class WorkerConfig(RoleConfig):

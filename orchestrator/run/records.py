@@ -235,6 +235,8 @@ class RunConfig(BaseModel):
     router_model: str | None = None
     router_max_tokens: int | None = None
     router_temperature: float | None = None
+    router_context_tokens: int = 8192  # the router's batches fit this window (steps/batches.py)
+    router_batch_tickets: int | None = None  # and hold at most this many tickets
     tool_call_text_fallback: bool = True
     evaluator: bool = False
     evaluator_model: str | None = None

@@ -47,6 +47,7 @@ class AgentResult:
     unsure_writes: list[str] = field(default_factory=list)  # interrupted writes: check them
     waiting: Interruption | None = None  # the call it stopped for, waiting for a person
     out_of_budget: bool = False  # a call was not started: the run's (or ticket's) budget
+    cut_off: str | None = None  # the last reply's text when replies were cut off twice
 
     @property
     def stop(self) -> str:
@@ -88,7 +89,7 @@ def run_agent(
     state = (
         RunState.load(state_path)
         if state_path.exists()
-        else new_run(_prompt(how, config) or system, task, how.model)
+        else new_run(role_prompt(how, config) or system, task, how.model)
     )
     catalog = Catalog(tools or [])
     if scope is not None and (
@@ -141,6 +142,7 @@ def run_agent(
         unsure_writes=list(state.unsure_calls),
         waiting=state.interruption if _waits(state) else None,
         out_of_budget=_run_budget(state),
+        cut_off=_cut_off(state),
     )
 
 
@@ -158,6 +160,15 @@ def _meter(ctx: Context, state_path: Path) -> budget.RunMeter | None:
 def _run_budget(state: RunState) -> bool:
     """Stopped by the run's budget, not its own: a higher `resume --budget` goes on."""
     return state.interruption is not None and state.interruption.type == "run_budget"
+
+
+def _cut_off(state: RunState) -> str | None:
+    """The text of the reply a run failed on for being cut off at max_tokens (twice): what
+    a caller that can use part of an answer (the router's lines) still reads."""
+    if state.status is not RunStatus.FAILED or not state.truncated or not state.messages:
+        return None
+    last = state.messages[-1]
+    return last.content if last.role == "assistant" and not last.tool_calls else None
 
 
 def _waits(state: RunState) -> bool:
@@ -222,7 +233,7 @@ def role_of(config: RunConfig, role: str) -> Role:
     )
 
 
-def _prompt(role: Role, config: RunConfig) -> str | None:
+def role_prompt(role: Role, config: RunConfig) -> str | None:
     """The role's own system prompt, with {categories} filled in (a router's)."""
     if role.prompt is None:
         return None

@@ -169,7 +169,7 @@ def test_langgraph_peer_runs_the_scaled_workload(tmp_path: Path) -> None:
         result = langgraph_peer.run(workload.root, base_url, 16)
 
     assert {name: result.nodes[name].calls for name in workload.calls} == workload.calls
-    assert result.tokens == workload.tokens
+    assert (result.calls, result.tokens) == (workload.peer_calls, workload.peer_tokens)
     assert (result.count(PASS), result.count(NEEDS_HUMAN)) == (10, 2)
     assert result.outcomes["T-100011"].stop == "gate_pass"  # a clone of T-1005
 
@@ -187,7 +187,7 @@ def test_the_peer_as_a_process_reports_its_result_and_its_own_cpu(tmp_path: Path
     with running_provider(workload.root / "scenarios" / "demo.yaml") as base_url:
         peer = run_langgraph(workload.root, base_url, 16, timeout_s=120)
 
-    peer.check(sum(workload.calls.values()), workload.tokens)
+    peer.check(workload.peer_calls, workload.peer_tokens)
     assert peer.problem == "" and peer.returncode == 0
     # Importing langgraph alone takes a tenth of a second of CPU or more on any machine; a
     # figure taken from the wrong process (this one, or none) would not be the child's.

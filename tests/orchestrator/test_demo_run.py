@@ -156,7 +156,8 @@ def test_request_settings_per_role_and_their_environment_overrides(
     demo: Path, cli: Cli, tmp_path: Path
 ) -> None:
     """The router asks with [harness.router]'s settings, the workers with [harness]'s;
-    LLM_MODEL and LLM_MAX_TOKENS override both, and the reference verdict is unchanged."""
+    LLM_MODEL and LLM_MAX_TOKENS override both, and the reference verdict is unchanged
+    (the scripted provider cuts a reply at max_tokens: 128 holds the demo's longest)."""
     with running_provider(DEMO_SCENARIOS) as url:
         assert cli("run", cwd=demo, env={"LLM_BASE_URL": url}).returncode == 1
         params = httpx.get(url.replace("/v1", "/stats")).json()["params"]
@@ -165,11 +166,11 @@ def test_request_settings_per_role_and_their_environment_overrides(
         other = tmp_path / "other"
         init_demo(other)
         httpx.post(url.replace("/v1", "/stats/reset"))
-        env = {"LLM_BASE_URL": url, "LLM_MODEL": "small-1", "LLM_MAX_TOKENS": "64"}
+        env = {"LLM_BASE_URL": url, "LLM_MODEL": "small-1", "LLM_MAX_TOKENS": "128"}
         assert cli("run", cwd=other, env=env).returncode == 1
         params = httpx.get(url.replace("/v1", "/stats")).json()["params"]
-    assert params["router: max_tokens=64 temperature=0.0"] == 1
-    assert params["T-1001#1: max_tokens=64 temperature=0.2"] == 2
+    assert params["router: max_tokens=128 temperature=0.0"] == 1
+    assert params["T-1001#1: max_tokens=128 temperature=0.2"] == 2
     assert ticket_rows(state(other)) == REFERENCE_TICKETS
     agents = other / "runs" / state(other)["run_id"] / "agents"
     models = {json.loads(p.read_text())["model"] for p in agents.glob("*.json")}

@@ -11,7 +11,7 @@ import pytest
 
 from orchestrator.steps import routing
 from orchestrator.web.catalog import Catalog
-from tests.orchestrator.conftest import Cli, demo_scripts, state, write_scenarios
+from tests.orchestrator.conftest import Cli, demo_scripts, events, state, write_scenarios
 
 ALLOWED = ["billing", "bug", "other"]
 
@@ -36,6 +36,10 @@ ALLOWED = ["billing", "bug", "other"]
         "T-1001 -> billing",
         "T-1001 = billing",
         "  T-1001 :  billing  ",
+        "T-1001: billing: charges",
+        "T-1001: billing (charges, refunds…)",
+        "T-1001 — Billing, refunds",
+        "- **T-1001**: Billing: charges, refunds, invoices and payment.",
     ],
 )
 def test_every_common_format_of_a_route_line_is_read(line: str) -> None:
@@ -44,15 +48,49 @@ def test_every_common_format_of_a_route_line_is_read(line: str) -> None:
 
 
 def test_each_ticket_records_how_it_was_decided() -> None:
-    text = "T-1: bug\nT-2: refund\nT-9: billing\nnot a line\nT-4: bug extra"
+    text = "T-1: bug\nT-2: refund\nT-9: billing\nnot a line\nT-4: a bug, I think"
     routes = routing.parse(text, ["T-1", "T-2", "T-3", "T-4"], ALLOWED)
     assert routes.decisions == {
         "T-1": routing.Decision("bug", "matched"),
         "T-2": routing.Decision("other", "clamped", "refund"),
         "T-3": routing.Decision(None, "missing"),
-        "T-4": routing.Decision(None, "missing"),  # not a route line
+        "T-4": routing.Decision(None, "missing"),  # prose: no label first
     }
     assert routes.unclaimed == ["T-9"]
+
+
+# A 0.5B model's reply to the demo over llama.cpp (issue 46): it copied the categories'
+# descriptions after each label and named two tickets that do not exist.
+SMALL_MODEL_REPLY = """T-1001: billing: charges
+T-1002: bug: a product defect or an error in the app
+T-1003: other
+T-1004: billing: refunds, invoices and payment
+T-1005: bug: an error in the app
+T-1006: billing: invoices and payment
+T-1007: billing: charges
+T-1008: bug: a product defect"""
+
+
+def test_a_small_models_reply_with_descriptions_routes_every_ticket_at_the_first_ask(
+    demo: Path, cli: Cli
+) -> None:
+    """Each line names a known category right after the ticket id: all six are routed by
+    the one call; the lines about T-1007 and T-1008, not in the run, are ignored and
+    counted in the trace."""
+    scripts = demo_scripts()
+    router = next(s for s in scripts if s["name"] == "router")
+    router["replies"][0]["text"] = SMALL_MODEL_REPLY
+    write_scenarios(demo / "scenarios" / "demo.yaml", scripts)
+    done = cli("run", "--stop-after", "route", cwd=demo)
+    assert done.returncode == 2, done.stdout + done.stderr
+    record = state(demo)
+    named = dict(line.split(": ")[:2] for line in SMALL_MODEL_REPLY.splitlines()[:6])
+    routed = {i: (t["category"], t["routing"]) for i, t in record["tickets"].items()}
+    assert routed == {i: (category, "matched") for i, category in named.items()}
+    assert record["nodes"]["route"]["calls"] == 1
+    unclaimed = [e for e in events(demo) if e["event"] == "unclaimed"]
+    assert [(e["tickets"], e["lines"]) for e in unclaimed] == [(["T-1007", "T-1008"], 2)]
+    assert not [e for e in events(demo) if e["event"] == "route_missing"]
 
 
 def test_a_sloppy_router_still_routes_the_demo_and_the_report_says_what_it_guessed(

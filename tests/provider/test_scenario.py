@@ -187,3 +187,80 @@ def test_match_cost_does_not_grow_with_the_number_of_indexed_scripts() -> None:
     few, many = scripted(5), scripted(5000)
     ratio = seconds_per_match(many, requests_for(5000)) / seconds_per_match(few, requests_for(5))
     assert ratio < 10, f"5,000 scripts match {ratio:.1f}x slower than 5"
+
+
+# --- replies made line by line, and the reply's token cap ----------------------------------
+
+ROUTER_LINES = {
+    "name": "router",
+    "when": {"system": "router"},
+    "replies": [
+        {
+            "lines": [
+                {"match": r"^(?P<ticket>T-\d+): .*charged", "text": "{ticket}: billing"},
+                {"match": r"^(?P<ticket>T-\d+): ", "text": "{ticket}: {label}"},
+            ]
+        }
+    ],
+}
+
+
+def test_a_lines_reply_answers_exactly_the_lines_of_the_request_a_rule_matches(
+    serve: Serve,
+) -> None:
+    script = ROUTER_LINES | {"when": {"system": "router (?P<label>\\w+)"}}
+    url = serve([script])
+    batch = "T-7: I was charged twice\nnot a ticket line\nT-9: the app crashes\nT-3: charged"
+    system = {"role": "system", "content": "router other"}
+    assert reply_of(url, "m", [system, user(batch)])["content"] == (
+        "T-7: billing\nT-9: other\nT-3: billing"
+    )
+    assert reply_of(url, "m", [system, user("T-12: hello")])["content"] == "T-12: other"
+
+
+def test_max_lines_stops_a_lines_reply_and_lines_go_with_nothing_else(
+    serve: Serve, tmp_path: Path
+) -> None:
+    rules = [{"match": r"^(?P<ticket>T-\d+)", "text": "{ticket}: bug"}]
+    url = serve([{"name": "tired", "replies": [{"lines": rules, "max_lines": 2}]}])
+    batch = "\n".join(f"T-{n}: text" for n in range(5))
+    assert reply_of(url, "m", [user(batch)])["content"] == "T-0: bug\nT-1: bug"
+    for bad in (
+        {"lines": rules, "text": "x"},
+        {"text": "x", "max_lines": 2},
+        {"lines": [{"match": "(", "text": "x"}]},
+        {"lines": [{"match": "T", "text": "{nope}"}]},
+    ):
+        path = tmp_path / "bad.yaml"
+        path.write_text(yaml.safe_dump([{"name": "bad", "replies": [bad]}]))
+        with pytest.raises(ScenarioError):
+            load_scenario(path)
+
+
+def test_a_reply_longer_than_max_tokens_is_cut_there_with_finish_reason_length(
+    serve: Serve,
+) -> None:
+    long_text = " ".join(f"word{n}" for n in range(200))
+    fixed = {"prompt_tokens": 10, "completion_tokens": 500}
+    scripted = {"text": long_text, "usage": fixed}
+    url = serve(
+        [
+            {"name": "long", "when": {"user": "long"}, "replies": [{"text": long_text}]},
+            {"name": "fixed", "when": {"user": "fixed"}, "replies": [scripted]},
+        ]
+    )
+    cut = chat(url, "m", [user("long")], max_tokens=17).json()
+    assert cut["choices"][0]["finish_reason"] == "length"
+    assert cut["usage"]["completion_tokens"] == 17
+    text = cut["choices"][0]["message"]["content"]
+    assert tokens.count(text) == 17 and long_text.startswith(text)
+    newer = chat(url, "m", [user("long")], max_completion_tokens=9, max_tokens=50).json()
+    assert newer["usage"]["completion_tokens"] == 9
+    whole = chat(url, "m", [user("long")], max_tokens=tokens.count(long_text)).json()
+    assert whole["choices"][0]["finish_reason"] == "stop"
+    assert whole["choices"][0]["message"]["content"] == long_text
+    unset = chat(url, "m", [user("long")]).json()
+    assert unset["choices"][0]["message"]["content"] == long_text
+    capped = chat(url, "m", [user("fixed")], max_tokens=17).json()
+    assert capped["choices"][0]["finish_reason"] == "length"
+    assert capped["usage"]["completion_tokens"] == 17  # no more than the cap it was sent

@@ -96,6 +96,8 @@ def test_the_anthropic_sdk_parses_tool_use_and_the_answer(url: str) -> None:
     )  # type: ignore[arg-type]
     assert second.stop_reason == "end_turn"
     assert [b.text for b in second.content if b.type == "text"] == ["Ticket T-7: refunded."]
+    cut = client.messages.create(model="m", max_tokens=3, messages=messages, tools=[TOOL_ANTHROPIC])  # type: ignore[arg-type]
+    assert (cut.stop_reason, cut.usage.output_tokens) == ("max_tokens", 3)
 
 
 def test_the_anthropic_sdk_sees_a_scripted_fault_as_its_own_error(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 
 from workers.provider.wire import ChatRequest, RenderedReply
 
-STOP = {"tool_calls": "tool_use", "stop": "end_turn"}
+STOP = {"tool_calls": "tool_use", "stop": "end_turn", "length": "max_tokens"}
 ERROR_TYPES = {
     400: "invalid_request_error",
     401: "authentication_error",

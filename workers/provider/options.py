@@ -44,6 +44,16 @@ what the named group `name` of the script's `when` regexes captured:
 Other braces (JSON in a reply) are left alone; a "{name}" that no `when` regex of the script
 defines as a group is an error when the file loads.
 
+A reply may answer line by line instead: {lines: [{match: REGEX, text: LINE}], max_lines: N}
+adds, for each line of the request's first user message, the `text` of the first rule whose
+`match` is found in it (filled from its named groups), at most N lines; a router asked about
+a batch of tickets answers exactly those:
+
+\b
+      - lines: [{match: '^(?P<ticket>T-\\d+): ', text: "{ticket}: billing"}]
+
+A text reply longer than the request's max_tokens is cut there, with finish_reason length.
+
 Scripts are tried in file order, first match wins. A `model` regex that is an exact literal
 ("^name$", no regex metacharacters) is looked up by name instead of tried, so thousands of
 per-model scripts cost a request about as much as a few.

@@ -34,6 +34,23 @@ match (`(?P<x>a)?`) leaves its placeholder as written. Values go into a string `
 as they are (not JSON-escaped); in a mapping they are JSON-escaped when it is dumped.
 Counted usage counts the rendered reply; fixed usage is sent as scripted.
 
+A reply may instead answer line by line (what a router asked about a batch of tickets says):
+`lines` are rules tried in order on each line of the request's first user message; the
+first rule whose `match` regex is found in a line adds its `text` to the reply, filled from
+that regex's named groups (and the `when` groups); a line no rule matches adds nothing, and
+`max_lines` stops the reply after that many lines (a model that tires on a long list):
+
+    - name: router
+      when: {system: "ticket router"}
+      replies:
+        - lines:
+            - {match: '^(?P<ticket>T-\\d+): .*charged twice', text: "{ticket}: billing"}
+            - {match: '^(?P<ticket>T-\\d+): ', text: "{ticket}: other"}
+          max_lines: 50
+
+A text reply longer than the request's `max_tokens` (or `max_completion_tokens`) is cut at
+that many o200k_base tokens and sent with `finish_reason: length`, as a real model's is.
+
 Matching cost: the regexes are compiled once at load. A script whose `model` regex is an exact
 literal (`^name$` with no regex metacharacters between) is indexed by that name, so a request
 only tries the scripts indexed under its model and the scripts without such a literal, still
@@ -100,22 +117,66 @@ class FixedUsage(_Strict):
     completion_tokens: int = Field(ge=0)
 
 
+class LineRule(_Strict):
+    """One rule of a line-by-line reply: a line of the request it answers, and the line of
+    reply it adds (filled from `match`'s named groups)."""
+
+    match: str
+    text: str
+
+    @model_validator(mode="after")
+    def _compiles(self) -> LineRule:
+        _ = self.pattern
+        return self
+
+    @cached_property
+    def pattern(self) -> re.Pattern[str]:
+        """`match`, compiled once."""
+        try:
+            return re.compile(self.match)
+        except re.error as exc:
+            raise ValueError(f"match: regex {self.match!r} does not compile: {exc}") from exc
+
+
 class Reply(_Strict):
-    """One scripted assistant reply: either text or tool calls."""
+    """One scripted assistant reply: text, tool calls, or text made line by line."""
 
     text: str | None = None
     tool_calls: list[ToolCallSpec] | None = Field(default=None, min_length=1)
+    lines: list[LineRule] | None = Field(default=None, min_length=1)
+    max_lines: int | None = Field(default=None, ge=1)
     usage: FixedUsage | None = None
 
     @model_validator(mode="after")
     def _exactly_one_kind(self) -> Reply:
-        if (self.text is None) == (self.tool_calls is None):
-            raise ValueError("a reply needs exactly one of `text` or `tool_calls`")
+        if sum(kind is not None for kind in (self.text, self.tool_calls, self.lines)) != 1:
+            raise ValueError("a reply needs exactly one of `text`, `tool_calls` or `lines`")
+        if self.max_lines is not None and self.lines is None:
+            raise ValueError("`max_lines` only goes with `lines`")
         return self
 
-    def placeholders(self) -> set[str]:
-        """Names of the `{name}` placeholders the reply uses (`{turn}` in ids aside)."""
+    def answer_lines(self, request_text: str, groups: Mapping[str, str]) -> str:
+        """The text of a `lines` reply to a request whose first user message is
+        `request_text`: a line per line of it that a rule matches, up to `max_lines`."""
+        out: list[str] = []
+        for line in request_text.splitlines():
+            if self.max_lines is not None and len(out) >= self.max_lines:
+                break
+            for rule in self.lines or []:
+                if (found := rule.pattern.search(line)) is not None:
+                    captured = {k: v for k, v in found.groupdict().items() if v is not None}
+                    out.append(fill(rule.text, {**groups, **captured}))
+                    break
+        return "\n".join(out)
+
+    def placeholders(self, defined: set[str] | None = None) -> set[str]:
+        """Names of the `{name}` placeholders the reply uses (`{turn}` in ids aside) that
+        `defined` (the `when` groups) does not define; a `lines` rule's own groups count as
+        defined for its text."""
+        defined = defined or set()
         names = set(PLACEHOLDER.findall(self.text or ""))
+        for rule in self.lines or []:
+            names.update(set(PLACEHOLDER.findall(rule.text)) - set(rule.pattern.groupindex))
 
         def collect(text: str) -> str:
             names.update(PLACEHOLDER.findall(text))
@@ -124,7 +185,7 @@ class Reply(_Strict):
         for call in self.tool_calls or []:
             names.update(set(PLACEHOLDER.findall(call.id)) - {"turn"})
             map_strings(call.arguments, collect)
-        return names
+        return names - defined
 
 
 class When(_Strict):
@@ -230,7 +291,7 @@ class Script(_Strict):
     def _placeholders_are_groups(self) -> Script:
         defined = self.when.group_names
         for index, reply in enumerate(self.replies):
-            if unknown := sorted(reply.placeholders() - defined):
+            if unknown := sorted(reply.placeholders(defined)):
                 used = ", ".join(f"{{{name}}}" for name in unknown)
                 groups = ", ".join(sorted(defined)) or "none"
                 raise ValueError(

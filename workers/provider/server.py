@@ -39,9 +39,11 @@ def _server(
     scenario: Scenario, host: str, port: int, log_level: str, rate: TokenRate | None = None
 ) -> uvicorn.Server:
     """A uvicorn server for `scenario`, shared by the foreground and background runs."""
-    # Build the tokenizer now if any reply will be counted, so the first request's
-    # X-Service-Ms is not its load time; fixed-usage scenarios (the demo) never need it.
-    if any(reply.usage is None for script in scenario.scripts for reply in script.replies):
+    # Build the tokenizer now if any reply will be counted (or, made line by line, may be
+    # cut at max_tokens), so the first request's X-Service-Ms is not its load time; the
+    # demo's replies fix their usage and are shorter in bytes than any cap: never needed.
+    replies = [reply for script in scenario.scripts for reply in script.replies]
+    if any(reply.usage is None or reply.lines is not None for reply in replies):
         tokens.encoding()
     # No lifespan: the app has no startup work, and uvicorn's probe would only log noise.
     # A bounded graceful shutdown, so a request stuck in a scripted hang cannot hold it up.

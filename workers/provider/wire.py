@@ -58,7 +58,8 @@ class ChatRequest(BaseModel):
     model: str
     messages: list[WireMessage] = Field(min_length=1)
     tools: list[dict[str, Any]] | None = None
-    # Read only to count them in /stats (`params`): a client's request settings, as sent.
+    # A client's request settings, as sent: counted in /stats (`params`); a text reply
+    # longer than the token cap is cut there.
     max_tokens: int | None = None
     max_completion_tokens: int | None = None
     temperature: float | None = None
@@ -69,6 +70,12 @@ class ChatRequest(BaseModel):
         names = ("max_tokens", "max_completion_tokens", "temperature")
         sent = [f"{n}={getattr(self, n)}" for n in names if getattr(self, n) is not None]
         return " ".join(sent) or "none"
+
+    @property
+    def reply_cap(self) -> int | None:
+        """The most tokens the reply may have: the smaller cap the request set, if any."""
+        caps = [c for c in (self.max_tokens, self.max_completion_tokens) if c is not None]
+        return min(caps) if caps else None
 
     @property
     def turn(self) -> int:
@@ -184,7 +191,7 @@ class RenderedReply:
     """A reply ready for the wire: the assistant message, why it stopped, and its usage."""
 
     message: dict[str, Any]
-    finish_reason: Literal["stop", "tool_calls"]
+    finish_reason: Literal["stop", "tool_calls", "length"]
     prompt_tokens: int
     completion_tokens: int
 
@@ -192,19 +199,42 @@ class RenderedReply:
 def render_reply(
     reply: Reply, request: ChatRequest, groups: Mapping[str, str] | None = None
 ) -> RenderedReply:
-    """Turn a scripted reply into an OpenAI assistant message with usage (fixed or counted)."""
+    """Turn a scripted reply into an OpenAI assistant message with usage (fixed or counted);
+    a text longer than the request's token cap is cut there (`finish_reason: length`)."""
     groups = groups or {}
-    text = None if reply.text is None else fill(reply.text, groups)
+    text = _text(reply, request, groups)
+    text, cut = _capped(text, request.reply_cap)
     calls = _wire_calls(reply, request.turn, groups)
     message: dict[str, Any] = {"role": "assistant", "content": text}
     if calls:
         message["tool_calls"] = calls
     if reply.usage is not None:
         prompt, completion = reply.usage.prompt_tokens, reply.usage.completion_tokens
+        if cut and request.reply_cap is not None:
+            completion = min(completion, request.reply_cap)
     else:
         prompt = prompt_tokens(request)
         completion = tokens.count(text or "") + _calls_tokens(calls)
-    return RenderedReply(message, "tool_calls" if calls else "stop", prompt, completion)
+    finish = "length" if cut else "tool_calls" if calls else "stop"
+    return RenderedReply(message, finish, prompt, completion)
+
+
+def _text(reply: Reply, request: ChatRequest, groups: Mapping[str, str]) -> str | None:
+    """The reply's text with its placeholders filled (a `lines` reply's, made from the
+    request's first user message)."""
+    if reply.lines is not None:
+        return reply.answer_lines(ConversationView.of(request).user, groups)
+    return None if reply.text is None else fill(reply.text, groups)
+
+
+def _capped(text: str | None, cap: int | None) -> tuple[str | None, bool]:
+    """`text` cut at `cap` o200k_base tokens, and whether it was cut."""
+    if text is None or cap is None or len(text.encode("utf-8")) <= cap:
+        return text, False  # a token is a byte at least: no need to build the tokenizer
+    encoded = tokens.encoding().encode(text, disallowed_special=())
+    if len(encoded) <= cap:
+        return text, False
+    return tokens.encoding().decode(encoded[:cap]), True
 
 
 def _wire_calls(reply: Reply, turn: int, groups: Mapping[str, str]) -> list[dict[str, Any]]:
