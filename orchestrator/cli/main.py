@@ -258,6 +258,32 @@ def init(folder: Path, template: str) -> int:
     return ExitCode.ALL_PASS
 
 
+@cli.group(cls=_Commands)
+def scenarios() -> None:
+    """The workspace's scripted replies (scenarios/demo.yaml), served when no LLM_BASE_URL
+    is set."""
+
+
+@scenarios.command("init")
+@workspace_option
+@reports_errors("scenarios init")
+def scenarios_init(workspace: Path) -> int:
+    """Script the tickets in inbox/, to run them offline.
+
+    Add to the workspace's scenarios/demo.yaml what the tickets in inbox/ need to run
+    without a model: a line `<ticket id>: CATEGORY` in the router's reply for each ticket it
+    does not name yet, and a script per ticket whose reply is REPLY. Replace each CATEGORY
+    with one of the workspace's categories and each REPLY with the reply its worker should
+    give, then `ticketgraph run`. What the file already says is kept; run it again when new
+    tickets arrive. Nothing in inbox/ is moved.
+    """
+    from orchestrator.steps import scripted
+    from orchestrator.workspace import Workspace
+
+    print(scripted.add_for_inbox(Workspace(workspace).require()).said(), end="")
+    return ExitCode.ALL_PASS
+
+
 @cli.command(epilog=f"{RUN_NOTES}\n\n{EXIT_CODES}")
 @run_options
 @click.option(

@@ -14,6 +14,7 @@ from orchestrator.run.store import ROUTER
 from orchestrator.steps import agent, prompts, routing
 from orchestrator.steps.agent import AgentResult
 from orchestrator.steps.context import Context
+from orchestrator.workspace import DEMO_SCENARIOS
 from workers.trace import Tracer
 
 UNROUTED = "unrouted"  # the stop of a ticket the router named no category for, twice
@@ -60,14 +61,14 @@ def route(ctx: Context) -> list[str]:
     }
     ctx.store.save_routes(routes)  # drafting writes each into the ticket's record
     unrouted = [i for i in ids if i in decisions and i not in routes]
-    error = _unrouted_error(ctx.meta.config.scripted)
-    ctx.store.save_tickets(_unrouted(ctx, unrouted, error))
+    scripted = ctx.meta.config.scripted
+    ctx.store.save_tickets(_unrouted(ctx, unrouted, scripted))
     with trace.batched() as lines:
         for ticket_id in ids:
             if (routed := routes.get(ticket_id)) is not None:
                 lines.emit("routed", ticket=ticket_id, category=routed.category)
             elif ticket_id in decisions:
-                lines.emit(UNROUTED, ticket=ticket_id, error=error)
+                lines.emit(UNROUTED, ticket=ticket_id, error=unrouted_error(ticket_id, scripted))
                 status = TicketStatus.NEEDS_HUMAN.value
                 lines.emit("verdict", ticket=ticket_id, stop=UNROUTED, status=status)
     ctx.close_node(usage)
@@ -78,12 +79,14 @@ def route(ctx: Context) -> list[str]:
     return [i for i in ids if i in routes]
 
 
-def _unrouted(ctx: Context, unrouted: list[str], error: str) -> Iterator[tuple[str, TicketRecord]]:
+def _unrouted(
+    ctx: Context, unrouted: list[str], scripted: bool
+) -> Iterator[tuple[str, TicketRecord]]:
     """The records of the tickets the router named no category for, twice, with their
     verdict (a person), one at a time as they are written."""
     for ticket_id in unrouted:
         ticket = ctx.store.ticket(ticket_id)
-        ticket.routing, ticket.error = "missing", error
+        ticket.routing, ticket.error = "missing", unrouted_error(ticket_id, scripted)
         ticket.status, ticket.stop = TicketStatus.NEEDS_HUMAN, UNROUTED
         yield ticket_id, ticket
 
@@ -95,15 +98,17 @@ def _out_of_budget(ctx: Context, result: AgentResult) -> list[str]:
     return []
 
 
-SCRIPTED = (
-    " (no script of the workspace's scripted provider, scenarios/demo.yaml, matched it: "
-    "it answers the demo's tickets only; set LLM_BASE_URL to route yours with a real model)"
-)
-
-
-def _unrouted_error(scripted: bool) -> str:
-    """Why a ticket the router named no category for needs a person."""
-    return "the router named no category for it, asked twice" + (SCRIPTED if scripted else "")
+def unrouted_error(ticket_id: str, scripted: bool) -> str:
+    """Why a ticket the router named no category for needs a person; with the workspace's
+    scripted replies, the line their router's reply lacks and where it goes."""
+    why = "the router named no category for it, asked twice"
+    if not scripted:
+        return why
+    return (
+        f"{why} (the router's reply in the workspace's {DEMO_SCENARIOS} has no line "
+        f"`{ticket_id}: <category>`: requeue the ticket, run `ticketgraph scenarios init` and "
+        "fill in what it adds; or set LLM_BASE_URL to route with a real model)"
+    )
 
 
 def _ask(ctx: Context, ids: list[str], name: str, trace: Tracer) -> AgentResult:
