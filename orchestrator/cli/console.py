@@ -16,9 +16,17 @@ from orchestrator.config.environment import GraphSettings
 from orchestrator.errors import BrokerUnavailable, RunStateError, RunStorageError
 from orchestrator.exit_codes import ExitCode
 from orchestrator.plan import submission
-from orchestrator.run.records import FAILED_STOPS, Cancel, RunMeta, RunPhase, RunRecord
+from orchestrator.run.records import (
+    FAILED_STOPS,
+    Cancel,
+    RunMeta,
+    RunPhase,
+    RunRecord,
+    TicketStatus,
+)
 from orchestrator.run.retry import Reopened
 from orchestrator.run.store import RunStore
+from orchestrator.steps import report
 from workers.settings import HarnessSettings
 
 Mode = Literal["live", "lines", "quiet"]
@@ -49,18 +57,31 @@ def progress(record: RunRecord) -> list[str]:
     if record.done("route"):
         lines.append(f"[route] {_routes(record)}")
     if record.done("fanout"):
-        # A draft that failed leaves no file; a review that failed later still has one.
-        failed = sum(t.stop in FAILED_STOPS and t.file is None for t in tickets)
-        extra = f", {failed} failed" if failed else ""
-        drafted = len(record.tickets) - failed
-        pool, drafts = record.config.pool_size, plural(drafted, "draft")
-        lines.append(f"[fanout] pool size {pool}, {drafts}{extra}")
+        lines.append(f"[fanout] pool size {record.config.pool_size}, {_drafts(record)}")
     if record.done("merge"):
         files = plural(sum(t.file is not None for t in tickets), "file")
         lines.append(f"[merge] wrote {files} to out/, passing on references and summaries")
     if record.done("review"):
-        lines.append(f"[review] gate rewrites: {record.nodes['review'].rounds} rounds in total")
+        rounds = plural(record.nodes["review"].rounds or 0, "round")
+        lines.append(f"[review] gate rewrites: {rounds} in total")
     return lines
+
+
+def _drafts(record: RunRecord) -> str:
+    """How many drafts the fan-out made, and of the tickets it took, how many failed or
+    wait for a person; tickets the router named nothing for were never drafted."""
+    drafted = failed = waiting = 0
+    for t in record.tickets.values():
+        # A draft that failed leaves no file; a review that failed later still has one.
+        if t.stop in FAILED_STOPS and t.file is None:
+            failed += 1
+        elif t.status is TicketStatus.AWAITING_APPROVAL:
+            waiting += 1
+        elif t.handler is not None:
+            drafted += 1
+    extra = f", {failed} failed" if failed else ""
+    extra += f", {waiting} waiting for a person" if waiting else ""
+    return f"{plural(drafted, 'draft')}{extra}"
 
 
 def _routes(record: RunRecord) -> str:
@@ -173,7 +194,7 @@ def verdict(record: RunRecord) -> str:
 def outcome(store: RunStore, record: RunRecord) -> str:
     """The report, the stop notice, or the crash, whichever ended the run."""
     if record.status is RunPhase.DONE and store.report_path.exists():
-        return store.report_path.read_text(encoding="utf-8")
+        return _from_here(store.report_path.read_text(encoding="utf-8"), record)
     if record.status is RunPhase.STOPPED:
         stop = record.config.stop_after
         why = record.error or (f"stopped after {stop}" if stop else "stopped early")
@@ -186,12 +207,30 @@ def outcome(store: RunStore, record: RunRecord) -> str:
     if record.status is RunPhase.RUNNING:
         return (
             f"[wait] stopped waiting; run {record.run_id} goes on in the workers. "
-            f"Its state: runs/{record.run_id}/run-state.json\n"
+            f"Its state: {_here(record)}/runs/{record.run_id}/run-state.json\n"
         )
     return (
         f"run {record.run_id}: {record.status.value}"
         + (f" ({record.error})" if record.error else "")
         + "\n"
+    )
+
+
+def _here(record: RunRecord) -> str:
+    """The run's workspace as a path from the current folder (`.` when it is that)."""
+    return os.path.relpath(record.workspace, Path.cwd())
+
+
+def _from_here(report_text: str, record: RunRecord) -> str:
+    """The report with its trace line's paths given from the current folder (the report
+    file gives them from the workspace)."""
+    where = _here(record)
+    if where == ".":
+        return report_text
+    lines = report_text.splitlines(keepends=True)
+    return "".join(
+        report.trace_line(record.run_id, where) + "\n" if line.startswith(report.TRACE) else line
+        for line in lines
     )
 
 
@@ -288,7 +327,7 @@ def resume_command(run: RunMeta | RunStore) -> str:
 
 def plural(count: int, noun: str) -> str:
     """`1 ticket`, `2 tickets`."""
-    return f"{count} {noun}{'' if count == 1 else 's'}"
+    return report.counted(count, noun)
 
 
 def _cancel_of(cancel: Cancel) -> str:
