@@ -50,6 +50,21 @@ def claimed(store: RunStore) -> str:
     return line
 
 
+def say(text: str) -> None:
+    """Print `text` now; if stdout's reader went away (`| head`), print nothing more there:
+    the run goes on, and its exit code still tells how it ended."""
+    try:
+        print(text, end="", flush=True)
+    except BrokenPipeError:
+        reader_left()
+
+
+def reader_left() -> None:
+    """stdout goes nowhere from now on (its reader left), so no later write or the flush at
+    exit fails."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
 def progress(record: RunRecord) -> list[str]:
     """One line per finished node, as in the seed."""
     tickets = record.tickets.values()
@@ -273,7 +288,7 @@ def wait_for_verdict(
             follow.lines.show(record)
         _conclude(store, record, code, shown, as_json)
     except BrokenPipeError:  # stdout went away (`| head`): the run's outcome stands
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        reader_left()
     return code
 
 

@@ -186,6 +186,8 @@ def reports_errors(name: str) -> Callable[[Callable[..., int]], Callable[..., in
         def run(*args: Any, **kwargs: Any) -> int:
             try:
                 return handler(*args, **kwargs)
+            except BrokenPipeError:
+                return _reader_left()
             except Exception as exc:
                 if not isinstance(exc, GraphError | OSError) and not _a_bad_setting(exc):
                     raise
@@ -194,6 +196,13 @@ def reports_errors(name: str) -> Callable[[Callable[..., int]], Callable[..., in
         return run
 
     return wrap
+
+
+def _reader_left() -> int:
+    """stdout's reader went away (`status | head`): what it read is what it wanted, so the
+    command ends quietly, as `cat | head` does (`run` and `resume` go on: console.say)."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return ExitCode.ALL_PASS
 
 
 def failed(command: str, exc: Exception) -> int:
@@ -321,7 +330,7 @@ def run(opts: RunOptions, pool_size: int | None, stop_after: str | None) -> int:
             print(nothing_to_claim(Workspace(opts.workspace)), flush=True)
         return ExitCode.ALL_PASS
     if shown != "quiet":
-        print(console.claimed(store), flush=True)
+        console.say(console.claimed(store) + "\n")
     return console.wait_for_verdict(store, settings, shown, opts.log_format, opts.as_json)
 
 
@@ -495,11 +504,11 @@ def resume(run_id: str, opts: RunOptions, retry_failed: str, wait: bool) -> int:
     settings = _checked_settings(opts.broker, opts.timeout)
     store = find(opts.workspace, run_id)
     submission.require_workers(settings, opts.wait_for_workers)
-    lease.wait_free(store, wait, say=lambda line: print(line, flush=True))
+    lease.wait_free(store, wait, say=lambda line: console.say(line + "\n"))
     lease.acquire(store, "distributed" if settings.broker_url else "embedded")
     taken = retry.reopen(store, tasks.registered(), retry_failed, opts.budget)  # type: ignore[arg-type]
     if shown != "quiet":
-        print(console.reopened(taken), end="", flush=True)
+        console.say(console.reopened(taken))
     return console.wait_for_verdict(store, settings, shown, opts.log_format, opts.as_json)
 
 

@@ -137,6 +137,8 @@ def budget(record: RunRecord) -> BudgetTotals:
         reserved_usd=0.0,
         settled_usd=settled,
         remaining_usd=remaining,
+        calls=sum(n.calls for n in record.nodes.values()),
+        estimated=sum(n.estimated for n in record.nodes.values()),
         calls_waited=waited,
     )
 

@@ -122,6 +122,24 @@ def test_a_meter_fails_closed_without_redis_and_reseeds_a_lost_ledger(
         meter.hold(WorstCase(1000, 1000, 0.05))
 
 
+def test_a_refused_call_says_what_calls_in_flight_held(broker: str, demo: Path) -> None:
+    """What is left when a call is refused is less than what the report shows left at the
+    end, by what other calls held then: the refusal names it, so the two figures add up."""
+    store = RunStore(demo / "runs" / "run-20261201-000000-cccc")
+    (store.dir / "agents").mkdir(parents=True)
+    meter = budget.RunMeter(redis.Redis.from_url(broker), store, budget.Limits(0.05), "T-1")
+    meter.hold(WorstCase(1000, 1000, 0.02)).settle(
+        0.01, Usage(prompt_tokens=1, completion_tokens=1)
+    )
+    in_flight = meter.hold(WorstCase(1000, 1000, 0.03))  # another call, not answered yet
+    with pytest.raises(OverBudget) as refused:
+        meter.hold(WorstCase(1000, 1000, 0.02))
+    assert "$0.0100 left of $0.0500 while calls in flight held $0.0300" in str(refused.value)
+    in_flight.settle(0.005, Usage(prompt_tokens=1, completion_tokens=1))
+    totals = budget.Ledger(meter.ledger.r, store.run_id).totals()
+    assert totals is not None and totals.remaining_usd == pytest.approx(0.035)
+
+
 HOLDER = """
 import sys, time, redis
 from orchestrator.broker import ratecap

@@ -3,10 +3,22 @@ and the small things a new user saw are fixed (each through the real CLI)."""
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
-from tests.orchestrator.conftest import REPO, Cli, state
+from tests.orchestrator.conftest import (
+    REFERENCE_NODES,
+    REFERENCE_TICKETS,
+    REPO,
+    Cli,
+    clean_env,
+    state,
+    ticket_rows,
+)
 
 ORCHESTRATOR = REPO / "orchestrator"
 
@@ -95,3 +107,31 @@ def test_help_is_wrapped_to_the_terminal(cli: Cli, tmp_path: Path) -> None:
         done = cli(command, "--help", cwd=tmp_path, env={"COLUMNS": "80"})
         assert done.returncode == 0
         assert max(map(len, done.stdout.splitlines())) <= 80, command
+
+
+def test_a_reader_that_leaves_early_cuts_no_run_short_and_sees_no_error(demo: Path) -> None:
+    """`ticketgraph run | head` and `status --json | head`: stdout's reader gone before the
+    first line. The run still ends with its verdict's exit code, status exits 0, and neither
+    says `Broken pipe`; a run without a budget counts its model calls in `budget` too."""
+    read, write = os.pipe()
+    os.close(read)  # the reader left before anything was written
+    try:
+        command = [sys.executable, "-m", "orchestrator.cli"]
+        ran = subprocess.run(
+            [*command, "run"], cwd=demo, stdout=write, stderr=subprocess.PIPE, env=clean_env()
+        )
+        shown = subprocess.run(
+            [*command, "status", "--json"], cwd=demo, stdout=write, stderr=subprocess.PIPE
+        )
+    finally:
+        os.close(write)
+    assert (ran.returncode, ran.stderr) == (1, b""), ran.stderr
+    assert (shown.returncode, shown.stderr) == (0, b""), shown.stderr
+    record = state(demo)
+    assert ticket_rows(record) == REFERENCE_TICKETS
+    document = json.loads(
+        subprocess.run([*command, "status", "--json"], cwd=demo, capture_output=True).stdout
+    )
+    calls = sum(calls for calls, _tokens, _rounds in REFERENCE_NODES.values())
+    assert document["budget"]["limit_usd"] is None
+    assert document["budget"]["calls"] == calls, document["budget"]
