@@ -16,6 +16,7 @@ from tests.orchestrator.conftest import (
     REPO,
     Cli,
     clean_env,
+    drop,
     state,
     ticket_rows,
 )
@@ -56,16 +57,22 @@ def test_resume_prints_only_the_steps_it_ran(demo: Path, cli: Cli) -> None:
 
 
 def test_one_of_a_thing_is_not_a_plural(demo: Path, cli: Cli) -> None:
+    """One ticket (T-1005: one rewrite round) and one file that is not a ticket."""
     inbox = demo / "inbox"
-    for n in range(2, 7):
+    for n in (1, 2, 3, 4, 6):
         (inbox / f"T-100{n}.txt").unlink()
+    drop(inbox, "T-2000.txt", "")  # empty: quarantined
     done = cli("run", cwd=demo)
-    assert done.returncode == 0, done.stderr
-    assert "received 1 ticket: T-1001" in done.stdout
-    assert "1 draft" in done.stdout and "wrote 1 file to out/" in done.stdout
-    assert "; 1 ticket: 1 pass;" in done.stdout
-    for wrong in ("1 tickets", "1 drafts", "1 files"):
-        assert wrong not in done.stdout
+    assert done.returncode == 1, done.stderr  # a quarantined file: someone looks
+    said = done.stdout
+    assert "received 1 ticket: T-1005; 1 file quarantined" in said, said
+    assert "1 draft" in said and "wrote 1 file to out/" in said
+    assert "gate rewrites: 1 round in total" in said
+    assert "out/: 1 reply; need a human: 0 tickets" in said
+    assert "quarantine/: 1 file that is not a ticket" in said
+    assert "; 1 ticket: 1 pass;" in said
+    for wrong in ("1 tickets", "1 drafts", "1 files", "1 rounds", "1 replies"):
+        assert wrong not in said
 
 
 def test_runs_and_status_outside_a_workspace_are_the_same_usage_error(
