@@ -48,6 +48,17 @@ class HarnessSettings(BaseSettings):
         default=60.0, gt=0, description="the window LLM_MAX_TPM counts over"
     )
 
+    @field_validator("api_key")
+    @classmethod
+    def _sendable(cls, key: str | None) -> str | None:
+        # It goes in a header as it is: httpx would refuse it on the first request.
+        if key is not None and not (key.isascii() and key.isprintable()):
+            raise ValueError(
+                "holds a character an HTTP header cannot carry (a placeholder such as "
+                "'sk-…', a space or a line break from the copy?): set the key itself"
+            )
+        return key
+
     @field_validator("base_url")
     @classmethod
     def _an_http_url(cls, url: str | None) -> str | None:
@@ -70,6 +81,7 @@ class HarnessSettings(BaseSettings):
 
 
 S = TypeVar("S", bound=BaseSettings)
+SECRETS = frozenset({"api_key"})  # fields whose value no message prints
 
 
 class SettingsError(ValueError):
@@ -125,6 +137,7 @@ def describe(exc: ValidationError, prefix: str, cls: type[BaseSettings] | None =
         name = _written(name, cls)
         value = error.get("input")
         value = masked(value) if isinstance(value, str) else value  # never print a secret
+        value = None if field in SECRETS else value
         shown = f"={value!r}" if isinstance(value, str | int | float) else ""
         parts.append(f"{name}{shown}: {message}")
     return "; ".join(parts)

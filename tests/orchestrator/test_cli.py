@@ -166,6 +166,18 @@ def test_a_bad_setting_is_one_sentence_naming_it_before_anything_is_claimed(
         assert harness.returncode == 78 and variable in harness.stderr
 
 
+def test_an_api_key_a_header_cannot_carry_is_refused_unprinted_before_anything_is_claimed(
+    demo: Path, cli: Cli
+) -> None:
+    """README's crontab placeholder `sk-…` pasted as it is: one sentence naming the variable,
+    never the key, and nothing claimed (it crashed the run, after claiming, in httpx)."""
+    done = cli("run", cwd=demo, env={"LLM_API_KEY": "sk-proj-secret…"})
+    assert done.returncode == 78, done.stdout + done.stderr
+    assert done.stderr.count("\n") == 1 and "LLM_API_KEY" in done.stderr
+    assert "secret" not in done.stderr
+    assert len(list((demo / "inbox").iterdir())) == 6
+
+
 def test_a_provider_failure_is_exit_3_in_the_harness_as_in_the_graph(demo: Path, cli: Cli) -> None:
     """The endpoint is down: the harness and the graph's router both exit 3, and say on
     stderr which URL failed."""
