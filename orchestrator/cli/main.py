@@ -719,9 +719,9 @@ def worker(
 @click.option(
     "--workspace",
     type=click.Path(path_type=Path, file_okay=False),
-    default=Path("harness-workspace"),
-    show_default=True,
-    help="Folder the file tools see; created with the demo files if missing.",
+    help="Folder the file tools see, created with the demo files if missing (what a "
+    "scenario deletes or writes there stays so). Default: a fresh copy of the demo files, "
+    "removed after.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead.")
 def harness(
@@ -737,7 +737,7 @@ def harness(
     resume_from: Path | None,
     cancel_after: float | None,
     trace: Path | None,
-    workspace: Path,
+    workspace: Path | None,
     as_json: bool,
 ) -> int:
     """Run one agent-harness scenario against the scripted provider.

@@ -142,3 +142,28 @@ def test_a_reader_that_leaves_early_cuts_no_run_short_and_sees_no_error(demo: Pa
     calls = sum(calls for calls, _tokens, _rounds in REFERENCE_NODES.values())
     assert document["budget"]["limit_usd"] is None
     assert document["budget"]["calls"] == calls, document["budget"]
+
+
+def test_the_harness_never_changes_the_demo_files_in_the_callers_folder(
+    cli: Cli, tmp_path: Path
+) -> None:
+    """README's harness lines in one folder: approving `destructive` deletes access.log from
+    the run's own copy of the demo files, so `harness plan` prints README's figures after it
+    as before, and the caller's folder holds only the state file it asked for."""
+    readme = (REPO / "README.md").read_text()
+    shown = readme.split("$ ticketgraph harness plan\n", 1)[1].splitlines()[0].split()
+    for args in (
+        ["plan"],
+        ["destructive", "--state", "run.json"],
+        ["destructive", "--resume", "run.json", "--approve"],
+        ["plan"],
+    ):
+        done = cli("harness", *args, cwd=tmp_path)
+        assert done.returncode in (0, 2), done.stderr
+        if args == ["plan"]:
+            words = done.stdout.splitlines()[0].split()
+            assert [w for w in words if not w.startswith("ms=")] == [
+                w for w in shown if not w.startswith("ms=")
+            ]
+    assert "completed" in done.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.json"]
