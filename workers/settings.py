@@ -16,7 +16,9 @@ from workers.pricing import PriceTable
 class HarnessSettings(BaseSettings):
     """Where the model lives and how long to wait for it."""
 
-    model_config = SettingsConfigDict(env_prefix="LLM_", extra="ignore")
+    # A bad value is never printed by pydantic's own message (it may be the API key); our
+    # messages (`describe`) show the values that are not secrets.
+    model_config = SettingsConfigDict(env_prefix="LLM_", extra="ignore", hide_input_in_errors=True)
 
     api: Literal["openai", "anthropic"] = Field(
         default="openai", description="openai: chat completions; anthropic: Messages"

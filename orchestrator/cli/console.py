@@ -6,12 +6,13 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any, Literal
 
 from orchestrator.cli import status
-from orchestrator.cli.progress import Tally, TraceTail
+from orchestrator.cli.progress import CAP_EVENTS, CapWaits, Tally, TraceTail
 from orchestrator.config.environment import GraphSettings
 from orchestrator.errors import BrokerUnavailable, RunStateError, RunStorageError
 from orchestrator.exit_codes import ExitCode
@@ -134,6 +135,41 @@ class ProgressPrinter:
                 print(line, flush=True)
 
 
+class WaitPrinter:
+    """Says, as it happens, that the run's requests wait for the endpoint's shared caps
+    (LLM_MAX_TPM, LLM_MAX_INFLIGHT): when they start to, then every REPEAT_S while they do;
+    a long wait is never silent. Reads only the trace's cap lines, from where it stood."""
+
+    REPEAT_S = 30.0
+
+    def __init__(self, store: RunStore) -> None:
+        self.tail = TraceTail(store.trace_path, only=CAP_EVENTS)
+        self.tail.offset = _size(store.trace_path)  # waits of an earlier command are over
+        self.own = CapWaits()
+        self.said_at: float | None = None
+
+    def __call__(self, counted: CapWaits | None) -> None:
+        """Print the waits' line if it is due; `counted`: a tally's, when one reads the
+        trace already."""
+        waits = counted if counted is not None else self.own
+        if counted is None:
+            for event in self.tail.read():
+                waits.add(event)
+        line = waits.line()
+        if line is None:
+            self.said_at = None
+        elif self.said_at is None or time.monotonic() - self.said_at >= self.REPEAT_S:
+            self.said_at = time.monotonic()
+            print(f"[wait] {line}", flush=True)
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
 class Follower:
     """What `run` and `resume` show while they wait, by `mode`: a live view (a terminal),
     one line per node (cron, pipes), or nothing (--quiet); with `json_logs`, every trace
@@ -148,6 +184,7 @@ class Follower:
         self.json_logs = json_logs
         self.tail = TraceTail(store.trace_path)
         self.lines = ProgressPrinter(store) if mode == "lines" else None
+        self.waits = WaitPrinter(store) if mode == "lines" else None
         self.live = None
         self.tally: Tally | None = None  # counted only for the views that read the trace
         if mode == "live" or json_logs:
@@ -165,8 +202,10 @@ class Follower:
             self._read()
             if self.lines is not None and event is not None:
                 self.lines(event)
+            if self.waits is not None:
+                self.waits(self.tally.waits if self.tally is not None else None)
         except OSError:
-            self.json_logs, self.lines = False, None
+            self.json_logs, self.lines, self.waits = False, None, None
 
     def _read(self) -> None:
         if self.tally is None:
