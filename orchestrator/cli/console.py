@@ -263,6 +263,8 @@ def outcome(store: RunStore, record: RunRecord) -> str:
             f"[wait] stopped waiting; run {record.run_id} goes on in the workers. "
             f"Its state: {_here(record)}/runs/{record.run_id}/run-state.json\n"
         )
+    if record.status is RunPhase.CRASHED:
+        return ""  # the verdict line says it, with the error: one sentence, not two
     return (
         f"run {record.run_id}: {record.status.value}"
         + (f" ({record.error})" if record.error else "")

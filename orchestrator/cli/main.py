@@ -320,7 +320,9 @@ def run(opts: RunOptions, pool_size: int | None, stop_after: str | None) -> int:
         from orchestrator.workspace import Workspace
 
     shown = _shown(opts)
-    settings = _checked_settings(opts.broker, opts.timeout, pool_size, stop_after, opts.budget)
+    settings = _checked_settings(
+        opts.broker, opts.timeout, pool_size, stop_after, opts.budget, opts.log_level
+    )
     submission.require_workers(settings, opts.wait_for_workers)
     store = start(Workspace(opts.workspace), settings, tasks.registered())
     if store is None:
@@ -501,7 +503,7 @@ def resume(run_id: str, opts: RunOptions, retry_failed: str, wait: bool) -> int:
         from orchestrator.run.store import find
 
     shown = _shown(opts)
-    settings = _checked_settings(opts.broker, opts.timeout)
+    settings = _checked_settings(opts.broker, opts.timeout, log_level=opts.log_level)
     store = find(opts.workspace, run_id)
     submission.require_workers(settings, opts.wait_for_workers)
     lease.wait_free(store, wait, say=lambda line: console.say(line + "\n"))
@@ -796,6 +798,7 @@ def _checked_settings(
     pool_size: int | None = None,
     stop_after: str | None = None,
     budget: float | None = None,
+    log_level: str | None = None,
 ) -> GraphSettings:
     """The graph's settings (environment and flags), the model endpoint's checked too,
     before anything is claimed."""
@@ -803,7 +806,8 @@ def _checked_settings(
     from workers.settings import HarnessSettings, load
 
     load(HarnessSettings, "LLM_")
-    return environment.settings(broker, timeout, pool_size, stop_after, budget)
+    level = log_level.upper() if log_level else None
+    return environment.settings(broker, timeout, pool_size, stop_after, budget, level)
 
 
 def _shown(opts: RunOptions) -> Mode:
