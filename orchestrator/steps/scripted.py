@@ -89,13 +89,11 @@ def add_for_inbox(workspace: Workspace) -> Added:
     # A ticket the router sends to a template (or to other) needs no reply of its own.
     drafted = [t for t in tickets if t.id not in named or named[t.id] in config.workers]
     scripted = [t for t in drafted if not _answered(scenario, router, t)]
-    added = Added(path, scenario is None, [t.id for t in routed], [t.id for t in scripted], [])
-    if not routed and not scripted:
-        return added
-    old = path.read_text(encoding="utf-8") if scenario is not None else None
-    text = _new_text(old, scenario, router, config, routed, scripted)
-    _write_checked(path, text)
-    return Added(added.path, added.created, added.routed, added.scripted, config.categories)
+    if routed or scripted:
+        old = path.read_text(encoding="utf-8") if scenario is not None else None
+        _write_checked(path, _new_text(old, scenario, router, config, routed, scripted))
+    ids = [t.id for t in routed], [t.id for t in scripted]
+    return Added(path, scenario is None, *ids, config.categories)
 
 
 def inbox_tickets(workspace: Workspace) -> list[inbox.Ticket]:
