@@ -249,7 +249,8 @@ def init(folder: Path, template: str) -> int:
 
     Create a workspace in FOLDER from a template: its ticketgraph.toml (the categories and
     the worker of each), prompts/, templates/, a tools module, inbox/ and out/; the demo
-    also has six tickets, kb/, data/ and scenarios/demo.yaml for the scripted provider.
+    also has six tickets, kb/, data/, scenarios/demo.yaml for the scripted provider and
+    examples/ (two tickets whose refunds wait for a person, for README's approvals).
     Existing files are never overwritten.
     """
     from orchestrator.cli.console import plural
