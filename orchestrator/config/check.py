@@ -81,4 +81,7 @@ def _endpoint(workspace: Workspace, llm: HarnessSettings) -> str:
         return f"{masked(llm.base_url)} ({llm.api} API)"
     if workspace.scenarios.exists():
         return f"none set: `run` serves the scripted replies of {workspace.scenarios.name}"
-    return "none set: `run` needs LLM_BASE_URL (this workspace has no scripted replies)"
+    return (
+        "none set: `run` needs LLM_BASE_URL, or scripted replies to run offline "
+        "(`ticketgraph scenarios init` writes them for the tickets in inbox/)"
+    )
