@@ -6,13 +6,12 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Any, Literal
 
 from orchestrator.cli import status
-from orchestrator.cli.progress import CAP_EVENTS, CapWaits, Tally, TraceTail
+from orchestrator.cli.progress import Tally, TraceTail, WaitPrinter
 from orchestrator.config.environment import GraphSettings
 from orchestrator.errors import BrokerUnavailable, RunStateError, RunStorageError
 from orchestrator.exit_codes import ExitCode
@@ -133,41 +132,6 @@ class ProgressPrinter:
             if node not in self.printed:
                 self.printed.add(node)
                 print(line, flush=True)
-
-
-class WaitPrinter:
-    """Says, as it happens, that the run's requests wait for the endpoint's shared caps
-    (LLM_MAX_TPM, LLM_MAX_INFLIGHT): when they start to, then every REPEAT_S while they do;
-    a long wait is never silent. Reads only the trace's cap lines, from where it stood."""
-
-    REPEAT_S = 30.0
-
-    def __init__(self, store: RunStore) -> None:
-        self.tail = TraceTail(store.trace_path, only=CAP_EVENTS)
-        self.tail.offset = _size(store.trace_path)  # waits of an earlier command are over
-        self.own = CapWaits()
-        self.said_at: float | None = None
-
-    def __call__(self, counted: CapWaits | None) -> None:
-        """Print the waits' line if it is due; `counted`: a tally's, when one reads the
-        trace already."""
-        waits = counted if counted is not None else self.own
-        if counted is None:
-            for event in self.tail.read():
-                waits.add(event)
-        line = waits.line()
-        if line is None:
-            self.said_at = None
-        elif self.said_at is None or time.monotonic() - self.said_at >= self.REPEAT_S:
-            self.said_at = time.monotonic()
-            print(f"[wait] {line}", flush=True)
-
-
-def _size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except FileNotFoundError:
-        return 0
 
 
 class Follower:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.run.records import FAILED_STOPS
+from orchestrator.run.store import RunStore
 
 NODES = ("route", "fanout", "merge", "review", "report")
 
@@ -159,3 +160,38 @@ class Tally:
             f"{len(self.failed)} failed; {self.calls} model calls, {self.tokens} tokens, "
             f"{self.spend}; {self.elapsed_s:.1f} s"
         )
+
+
+class WaitPrinter:
+    """Says, as it happens, that the run's requests wait for the endpoint's shared caps
+    (LLM_MAX_TPM, LLM_MAX_INFLIGHT): when they start to, then every REPEAT_S while they do;
+    a long wait is never silent. Reads only the trace's cap lines, from where it stood."""
+
+    REPEAT_S = 30.0
+
+    def __init__(self, store: RunStore) -> None:
+        self.tail = TraceTail(store.trace_path, only=CAP_EVENTS)
+        self.tail.offset = _size(store.trace_path)  # waits of an earlier command are over
+        self.own = CapWaits()
+        self.said_at: float | None = None
+
+    def __call__(self, counted: CapWaits | None) -> None:
+        """Print the waits' line if it is due; `counted`: a tally's, when one reads the
+        trace already."""
+        waits = counted if counted is not None else self.own
+        if counted is None:
+            for event in self.tail.read():
+                waits.add(event)
+        line = waits.line()
+        if line is None:
+            self.said_at = None
+        elif self.said_at is None or time.monotonic() - self.said_at >= self.REPEAT_S:
+            self.said_at = time.monotonic()
+            print(f"[wait] {line}", flush=True)
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
