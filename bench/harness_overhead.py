@@ -27,6 +27,7 @@ from bench.suite import Context, Section
 from workers import chapter, chapter_tools, loop
 from workers.cancel import CancelToken
 from workers.client import ModelClient, ModelReply, RequestParams
+from workers.gate import OnWait
 from workers.settings import HarnessSettings
 from workers.state import Message, RunStatus, new_run
 
@@ -48,9 +49,10 @@ class TimedClient(ModelClient):
         tools: list[dict[str, Any]],
         cancel: CancelToken | None = None,
         params: RequestParams | None = None,
+        on_wait: OnWait | None = None,
     ) -> ModelReply:
         """One completion, its X-Service-Ms added to `service_ms`."""
-        reply = super().complete(model, messages, tools, cancel, params)
+        reply = super().complete(model, messages, tools, cancel, params, on_wait)
         self.service_ms += reply.service_ms or 0.0
         return reply
 

@@ -253,7 +253,8 @@ def _write_scenarios(path: Path, workload: Workload, demo_scripts: list[dict[str
     by_id = {t.id: t for t in workload.demo}
     scripts = [_router(_script(demo_scripts, ROUTER), workload)]
     for script in demo_scripts:
-        if script["name"] != ROUTER:
+        # The six demo tickets' own scripts (README's approval examples are not cloned).
+        if script["name"].split("#")[0] in by_id:
             scripts.append(_templated(script, by_id, _script(demo_scripts, _draft_of(script))))
     for script in scripts:
         script["latency_ms"] = workload.latency_ms

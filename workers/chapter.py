@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -53,7 +55,7 @@ class Options:
     """What `ticketgraph harness` was asked to do."""
 
     scenario: str
-    workspace: Path
+    workspace: Path | None = None  # None: a fresh copy of the demo files, removed after
     max_turns: int | None = 20
     budget: float | None = None
     dedupe: bool = False
@@ -79,7 +81,7 @@ def endpoint(settings: HarnessSettings) -> Iterator[HarnessSettings]:
 
 def build(opts: Options, client: ModelClient, state: RunState) -> loop.Harness:
     """The harness for one experiment: demo tools, a research sub-agent, caps and policies."""
-    workspace = chapter_tools.ChapterFolder(opts.workspace)
+    workspace = chapter_tools.ChapterFolder(opts.workspace or Path("."))
     tracer = Tracer(opts.trace, state.run_id)
     reader_tools = [t for t in workspace.tools() if t.name in ("list_files", "read_file")]
     price = client.settings.prices.for_model(state.model)  # LLM_PRICES, else $2/$12
@@ -100,13 +102,11 @@ def build(opts: Options, client: ModelClient, state: RunState) -> loop.Harness:
 
 def run_experiment(opts: Options, settings: HarnessSettings) -> tuple[RunState, float]:
     """Run (or resume) the scenario; return the final state and the wall time in ms."""
-    if not (opts.workspace / "errors.log").exists():
-        chapter_tools.make_demo_workspace(opts.workspace)
     state = RunState.load(opts.resume) if opts.resume else _fresh(opts, settings)
-    with endpoint(settings) as live:
+    with endpoint(settings) as live, demo_folder(opts.workspace) as folder:
         client = ModelClient(live)
         try:
-            h = build(opts, client, state)
+            h = build(dataclasses.replace(opts, workspace=folder), client, state)
             # The clock starts before the cancel timer is armed: the wall time of a cancelled
             # run is never shorter than its --cancel-after.
             started = time.perf_counter()
@@ -116,6 +116,20 @@ def run_experiment(opts: Options, settings: HarnessSettings) -> tuple[RunState, 
             return state, (time.perf_counter() - started) * 1000
         finally:
             client.close()
+
+
+@contextlib.contextmanager
+def demo_folder(given: Path | None) -> Iterator[Path]:
+    """The folder the tools see: `given` (the demo files made there if missing), or a fresh
+    copy of them in a temporary folder, removed after, so what a scenario deletes or writes
+    never changes the caller's files and every run starts from the same ones."""
+    if given is not None:
+        if not (given / "errors.log").exists():
+            chapter_tools.make_demo_workspace(given)
+        yield given
+        return
+    with tempfile.TemporaryDirectory(prefix="ticketgraph-harness-") as folder:
+        yield chapter_tools.make_demo_workspace(Path(folder))
 
 
 def _fresh(opts: Options, settings: HarnessSettings) -> RunState:

@@ -40,7 +40,7 @@ from workers import abortable, pool_guard
 from workers.cancel import CancelToken
 from workers.connection import Answer, Connection
 from workers.errors import Cancelled, ProviderError
-from workers.gate import Gate, Slot
+from workers.gate import Gate, OnWait, Slot
 from workers.meter import worst_tokens
 from workers.settings import HarnessSettings
 from workers.state import Message
@@ -188,6 +188,7 @@ class ModelClient:
         tools: list[dict[str, Any]],
         cancel: CancelToken | None = None,
         params: RequestParams | None = None,
+        on_wait: OnWait | None = None,
     ) -> ModelReply:
         """Ask for the next assistant message.
 
@@ -196,7 +197,8 @@ class ModelClient:
         `Retry-After`, at most `max_retries` times and within `retry_max_s`. `Cancelled` the
         moment `cancel` is set, even mid-request or mid-wait: the request's connection is
         cut, so the server sees it abandoned (it may still bill what it produced). With a
-        gate, every attempt first waits for its place under the endpoint's caps.
+        gate, every attempt first waits for its place under the endpoint's caps (`on_wait`
+        hears when such a wait starts and ends).
         """
         body = self.api.body(model, messages, tools, params)
         retrying = Retrying(
@@ -212,7 +214,9 @@ class ModelClient:
             max_tokens = params.max_tokens if params is not None else None
             tokens = sum(worst_tokens(messages, tools, max_tokens))
         waited: list[bool] = []
-        reply: ModelReply = retrying(self._gated, body, messages, tools, cancel, tokens, waited)
+        reply: ModelReply = retrying(
+            self._gated, body, messages, tools, cancel, tokens, waited, on_wait
+        )
         reply.usage.waited = any(waited)
         return reply
 
@@ -224,11 +228,12 @@ class ModelClient:
         cancel: CancelToken | None,
         tokens: int,
         waited: list[bool],
+        on_wait: OnWait | None = None,
     ) -> ModelReply:
         """One attempt, in its place under the gate's caps (if any)."""
         if self.gate is None:
             return self._once(body, messages, tools, cancel)
-        slot: Slot = self.gate.enter(body["model"], tokens, cancel)
+        slot: Slot = self.gate.enter(body["model"], tokens, cancel, on_wait)
         waited.append(slot.waited)
         used: int | None = None
         try:

@@ -8,9 +8,14 @@ at once, as it always did.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
 from workers.cancel import CancelToken
+
+# Told when a request starts waiting, with the cap it waits for (`inflight`, `tpm`, or
+# `cool`: a 429's Retry-After), and with None when it stops (it may go, or was cancelled).
+OnWait = Callable[[str | None], None]
 
 
 class Slot(Protocol):
@@ -28,9 +33,11 @@ class Gate(Protocol):
 
     counts_tokens: bool  # whether `enter` needs the request's tokens (a token rate is set)
 
-    def enter(self, model: str, tokens: int, cancel: CancelToken | None) -> Slot:
+    def enter(
+        self, model: str, tokens: int, cancel: CancelToken | None, on_wait: OnWait | None = None
+    ) -> Slot:
         """Wait until a request of `tokens` (prompt and the longest reply) may go; a cancel
-        stops the wait (`Cancelled`)."""
+        stops the wait (`Cancelled`). `on_wait` hears when a wait starts and ends."""
 
     def cool_down(self, model: str, seconds: float) -> None:
         """The endpoint said 429, Retry-After `seconds`: no worker sends before then."""

@@ -113,7 +113,12 @@ def run(state: RunState, h: Harness) -> RunState:
             return _stop(state, h, RunStatus.BUDGET_EXCEEDED, interruption)
         try:
             reply = h.client.complete(
-                state.model, state.messages, schemas, cancel=h.cancel, params=h.params
+                state.model,
+                state.messages,
+                schemas,
+                cancel=h.cancel,
+                params=h.params,
+                on_wait=lambda cap: _waiting(h, cap),
             )
         except Cancelled:
             _release(h, hold)
@@ -135,6 +140,15 @@ def run(state: RunState, h: Harness) -> RunState:
             state.truncated += 1
             state.messages.append(Message(role="user", content=TRUNCATED_NOTE))
             _save(state, h)
+
+
+def _waiting(h: Harness, cap: str | None) -> None:
+    """Trace a request's wait for the endpoint's shared caps: where the run's command
+    learns, as it waits, how many requests wait and since when."""
+    if cap is None:
+        h.tracer.emit("cap_admitted")
+    else:
+        h.tracer.emit("cap_wait", cap=cap)
 
 
 def _final_answer(state: RunState) -> str | None:

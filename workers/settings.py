@@ -16,7 +16,9 @@ from workers.pricing import PriceTable
 class HarnessSettings(BaseSettings):
     """Where the model lives and how long to wait for it."""
 
-    model_config = SettingsConfigDict(env_prefix="LLM_", extra="ignore")
+    # A bad value is never printed by pydantic's own message (it may be the API key); our
+    # messages (`describe`) show the values that are not secrets.
+    model_config = SettingsConfigDict(env_prefix="LLM_", extra="ignore", hide_input_in_errors=True)
 
     api: Literal["openai", "anthropic"] = Field(
         default="openai", description="openai: chat completions; anthropic: Messages"
@@ -48,6 +50,17 @@ class HarnessSettings(BaseSettings):
         default=60.0, gt=0, description="the window LLM_MAX_TPM counts over"
     )
 
+    @field_validator("api_key")
+    @classmethod
+    def _sendable(cls, key: str | None) -> str | None:
+        # It goes in a header as it is: httpx would refuse it on the first request.
+        if key is not None and not (key.isascii() and key.isprintable()):
+            raise ValueError(
+                "holds a character an HTTP header cannot carry (a placeholder such as "
+                "'sk-…', a space or a line break from the copy?): set the key itself"
+            )
+        return key
+
     @field_validator("base_url")
     @classmethod
     def _an_http_url(cls, url: str | None) -> str | None:
@@ -70,6 +83,7 @@ class HarnessSettings(BaseSettings):
 
 
 S = TypeVar("S", bound=BaseSettings)
+SECRETS = frozenset({"api_key"})  # fields whose value no message prints
 
 
 class SettingsError(ValueError):
@@ -125,6 +139,7 @@ def describe(exc: ValidationError, prefix: str, cls: type[BaseSettings] | None =
         name = _written(name, cls)
         value = error.get("input")
         value = masked(value) if isinstance(value, str) else value  # never print a secret
+        value = None if field in SECRETS else value
         shown = f"={value!r}" if isinstance(value, str | int | float) else ""
         parts.append(f"{name}{shown}: {message}")
     return "; ".join(parts)

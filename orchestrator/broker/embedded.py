@@ -12,6 +12,7 @@ import contextlib
 import math
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 from celery import Celery
 
@@ -50,9 +51,15 @@ def layout(pool_size: int, processes: int | None = None) -> tuple[int, int]:
 
 @contextlib.contextmanager
 def cluster(
-    workspace: Workspace, settings: GraphSettings, llm: HarnessSettings, pool_size: int
+    workspace: Workspace,
+    settings: GraphSettings,
+    llm: HarnessSettings,
+    pool_size: int,
+    log_file: Path | None = None,
 ) -> Iterator[Celery]:
-    """Redis, workers and the model endpoint for one run; yields the configured app."""
+    """Redis, workers and the model endpoint for one run; yields the configured app. The
+    workers log to `log_file` (the run's), not to the command's stderr: what `run` prints
+    is its own, one sentence for a failure; `--log-level` sends their log to stderr."""
     scripted = not llm.base_url
     # `run` and `resume` asked before anything was claimed; asked again for a file gone since.
     endpoint.require(workspace, settings, llm)
@@ -63,7 +70,11 @@ def cluster(
         settings = settings.model_copy(update={"broker_outage_s": OUTAGE_S})
         app = configure(redis_server.start(), settings, live)
         processes, threads = layout(pool_size, settings.processes)
-        workers = worker_processes.spawn(app, f"embedded-{os.getpid()}", processes, threads)
+        level, into = settings.log_level or "WARNING", None if settings.log_level else log_file
+        name = f"embedded-{os.getpid()}"
+        workers = worker_processes.spawn(
+            app, name, processes, threads, level, str(into) if into else None
+        )
         try:
             # The provider starts while the workers connect; both are needed before the
             # first task, and neither waits for the other.

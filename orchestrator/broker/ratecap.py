@@ -27,6 +27,7 @@ from orchestrator.broker import leases
 from orchestrator.plan import keys as redis_keys
 from workers.cancel import CancelToken
 from workers.errors import ProviderError
+from workers.gate import OnWait
 from workers.settings import HarnessSettings
 
 log = logging.getLogger(__name__)
@@ -129,7 +130,9 @@ class RedisGate:
         self._renew = r.register_script(leases.RENEW)
         self._cool = r.register_script(_COOL)
 
-    def enter(self, model: str, tokens: int, cancel: CancelToken | None) -> _Slot:
+    def enter(
+        self, model: str, tokens: int, cancel: CancelToken | None, on_wait: OnWait | None = None
+    ) -> _Slot:
         keys = redis_keys.cap(self.base_url, model)
         slot_id = secrets.token_hex(8)
         if self.caps.max_tpm and tokens > self.caps.max_tpm:
@@ -137,7 +140,6 @@ class RedisGate:
                 f"a request of up to {tokens} tokens can never fit LLM_MAX_TPM="
                 f"{self.caps.max_tpm}: raise it, or lower max_tokens"
             )
-        waited = False
         args = [
             slot_id,
             self.caps.max_inflight or 0,
@@ -146,28 +148,40 @@ class RedisGate:
             leases.lease_ms(),
             int(self.caps.window_s * 1000),
         ]
-        while True:
-            try:
-                verdict, wait_ms = self._enter(keys=keys, args=args)
-            except redis.RedisError as exc:
-                raise ProviderError(
-                    f"cannot reach the broker's Redis for the endpoint's caps ({exc}); a "
-                    "request does not go past LLM_MAX_INFLIGHT/LLM_MAX_TPM unchecked"
-                ) from exc
-            if verdict == b"ok":
-                break
-            waited = True
-            if verdict == b"busy":
-                pause = random.uniform(*BUSY_WAIT_S)
-            else:  # cool-down or token rate: until it ends, a little jittered
-                pause = min(int(wait_ms) / 1000, MAX_WAIT_STEP_S) * random.uniform(1.0, 1.2)
-            if cancel is not None:
-                cancel.sleep(pause)
-            else:
-                time.sleep(pause)
+        waited = False
+        try:
+            while (pause := self._admitted(keys, args)) is not None:
+                if not waited and on_wait is not None:
+                    on_wait(pause[1])
+                waited = True
+                if cancel is not None:
+                    cancel.sleep(pause[0])
+                else:
+                    time.sleep(pause[0])
+        finally:
+            if waited and on_wait is not None:
+                on_wait(None)
         if self.caps.max_inflight:
             leases.renewer.add(keys[0], lambda ids: self._renew_slots(keys, ids), slot_id)
         return _Slot(self, keys, slot_id, waited)
+
+    def _admitted(self, keys: list[str], args: list[object]) -> tuple[float, str] | None:
+        """None if the request may go now (its slot taken); else how long to pause before
+        asking again, and the cap it waits for (`inflight`, `tpm` or `cool`)."""
+        try:
+            verdict, wait_ms = self._enter(keys=keys, args=args)
+        except redis.RedisError as exc:
+            raise ProviderError(
+                f"cannot reach the broker's Redis for the endpoint's caps ({exc}); a "
+                "request does not go past LLM_MAX_INFLIGHT/LLM_MAX_TPM unchecked"
+            ) from exc
+        if verdict == b"ok":
+            return None
+        if verdict == b"busy":
+            return random.uniform(*BUSY_WAIT_S), "inflight"
+        # cool-down or token rate: until it ends, a little jittered
+        pause = min(int(wait_ms) / 1000, MAX_WAIT_STEP_S) * random.uniform(1.0, 1.2)
+        return pause, "cool" if verdict == b"cool" else "tpm"
 
     def _renew_slots(self, keys: list[str], ids: list[str]) -> None:
         self._renew(keys=keys[:1], args=[leases.lease_ms(), *ids])

@@ -90,6 +90,7 @@ class Fleet:
     app: Celery
     threads: int
     loglevel: str = "WARNING"
+    logfile: str | None = None  # None: stderr
     children: list[Child] = field(default_factory=list)
 
     def spawn(self, hostname: str) -> Child:
@@ -98,7 +99,7 @@ class Fleet:
         pid = os.fork()
         if pid == 0:  # the child never returns from here
             os.close(read_fd)
-            _child_main(self.app, hostname, self.threads, self.loglevel, write_fd)
+            _child_main(self.app, hostname, self.threads, (self.loglevel, self.logfile), write_fd)
         os.close(write_fd)
         child = Child(pid, hostname, read_fd)
         self.children.append(child)
@@ -157,8 +158,16 @@ def start(app: Celery, name: str, processes: int, threads: int, loglevel: str = 
     return fleet
 
 
-def spawn(app: Celery, name: str, processes: int, threads: int, loglevel: str = "WARNING") -> Fleet:
-    """Fork the workers and return at once; `Fleet.wait_ready` waits for them."""
+def spawn(
+    app: Celery,
+    name: str,
+    processes: int,
+    threads: int,
+    loglevel: str = "WARNING",
+    logfile: str | None = None,
+) -> Fleet:
+    """Fork the workers and return at once; `Fleet.wait_ready` waits for them. They log at
+    `loglevel` to `logfile` (None: stderr)."""
     from orchestrator.plan.tasks import warm_up  # the tasks' module registers them on the app
 
     warm_up()
@@ -168,7 +177,7 @@ def spawn(app: Celery, name: str, processes: int, threads: int, loglevel: str = 
     # fork. The parent goes on collecting as before once its children are made.
     gc.collect()
     gc.freeze()
-    fleet = Fleet(app, threads, loglevel)
+    fleet = Fleet(app, threads, loglevel, logfile)
     host = socket.gethostname()
     try:
         for i in range(1, processes + 1):
@@ -181,15 +190,19 @@ def spawn(app: Celery, name: str, processes: int, threads: int, loglevel: str = 
     return fleet
 
 
-def _child_main(app: Celery, hostname: str, threads: int, loglevel: str, ready_fd: int) -> None:
-    """The body of a forked worker process; it exits the process, never returns."""
+def _child_main(
+    app: Celery, hostname: str, threads: int, logs: tuple[str, str | None], ready_fd: int
+) -> None:
+    """The body of a forked worker process; it exits the process, never returns. `logs`:
+    the level and the file (None: stderr) of its log."""
+    loglevel, logfile = logs
     code = 0
     try:
         die_with_parent()
         gc.set_threshold(YOUNG_COLLECTION_AFTER, *gc.get_threshold()[1:])
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, _warm_shutdown)
-        app.log.setup(loglevel=loglevel, redirect_stdouts=False)
+        app.log.setup(loglevel=loglevel, logfile=logfile, redirect_stdouts=False)
         worker = _ReadyWorker(
             ready_fd=ready_fd,
             app=app,

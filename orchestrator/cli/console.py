@@ -11,13 +11,20 @@ from pathlib import Path
 from typing import Any, Literal
 
 from orchestrator.cli import status
-from orchestrator.cli.progress import Tally, TraceTail
+from orchestrator.cli.progress import Tally, TraceTail, WaitPrinter
 from orchestrator.config.environment import GraphSettings
 from orchestrator.errors import BrokerUnavailable, RunStateError, RunStorageError
 from orchestrator.exit_codes import ExitCode
 from orchestrator.plan import submission
 from orchestrator.run import totals
-from orchestrator.run.records import FAILED_STOPS, Cancel, RunMeta, RunPhase, RunRecord
+from orchestrator.run.records import (
+    FAILED_STOPS,
+    Cancel,
+    RunMeta,
+    RunPhase,
+    RunRecord,
+    TicketStatus,
+)
 from orchestrator.run.retry import Reopened
 from orchestrator.run.store import RunStore
 from orchestrator.steps import report
@@ -44,6 +51,21 @@ def claimed(store: RunStore) -> str:
     return line
 
 
+def say(text: str) -> None:
+    """Print `text` now; if stdout's reader went away (`| head`), print nothing more there:
+    the run goes on, and its exit code still tells how it ended."""
+    try:
+        print(text, end="", flush=True)
+    except BrokenPipeError:
+        reader_left()
+
+
+def reader_left() -> None:
+    """stdout goes nowhere from now on (its reader left), so no later write or the flush at
+    exit fails."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
 def progress(record: RunRecord) -> list[str]:
     """One line per finished node, as in the seed."""
     tickets = record.tickets.values()
@@ -51,18 +73,31 @@ def progress(record: RunRecord) -> list[str]:
     if record.done("route"):
         lines.append(f"[route] {_routes(record)}")
     if record.done("fanout"):
-        # A draft that failed leaves no file; a review that failed later still has one.
-        failed = sum(t.stop in FAILED_STOPS and t.file is None for t in tickets)
-        extra = f", {failed} failed" if failed else ""
-        drafted = len(record.tickets) - failed
-        pool, drafts = record.config.pool_size, plural(drafted, "draft")
-        lines.append(f"[fanout] pool size {pool}, {drafts}{extra}")
+        lines.append(f"[fanout] pool size {record.config.pool_size}, {_drafts(record)}")
     if record.done("merge"):
         files = plural(sum(t.file is not None for t in tickets), "file")
         lines.append(f"[merge] wrote {files} to out/, passing on references and summaries")
     if record.done("review"):
-        lines.append(f"[review] gate rewrites: {record.nodes['review'].rounds} rounds in total")
+        rounds = plural(record.nodes["review"].rounds or 0, "round")
+        lines.append(f"[review] gate rewrites: {rounds} in total")
     return lines
+
+
+def _drafts(record: RunRecord) -> str:
+    """How many drafts the fan-out made, and of the tickets it took, how many failed or
+    wait for a person; tickets the router named nothing for were never drafted."""
+    drafted = failed = waiting = 0
+    for t in record.tickets.values():
+        # A draft that failed leaves no file; a review that failed later still has one.
+        if t.stop in FAILED_STOPS and t.file is None:
+            failed += 1
+        elif t.status is TicketStatus.AWAITING_APPROVAL:
+            waiting += 1
+        elif t.handler is not None:
+            drafted += 1
+    extra = f", {failed} failed" if failed else ""
+    extra += f", {waiting} waiting for a person" if waiting else ""
+    return f"{plural(drafted, 'draft')}{extra}"
 
 
 def _routes(record: RunRecord) -> str:
@@ -114,6 +149,7 @@ class Follower:
         self.json_logs = json_logs
         self.tail = TraceTail(store.trace_path)
         self.lines = ProgressPrinter(store) if mode == "lines" else None
+        self.waits = WaitPrinter(store) if mode == "lines" else None
         self.live = None
         self.tally: Tally | None = None  # counted only for the views that read the trace
         if mode == "live" or json_logs:
@@ -131,8 +167,10 @@ class Follower:
             self._read()
             if self.lines is not None and event is not None:
                 self.lines(event)
+            if self.waits is not None:
+                self.waits(self.tally.waits if self.tally is not None else None)
         except OSError:
-            self.json_logs, self.lines = False, None
+            self.json_logs, self.lines, self.waits = False, None, None
 
     def _read(self) -> None:
         if self.tally is None:
@@ -187,7 +225,7 @@ def way_back(run: RunMeta | RunStore) -> str:
 def outcome(store: RunStore, record: RunRecord) -> str:
     """The report, the stop notice, or the crash, whichever ended the run."""
     if record.status is RunPhase.DONE and store.report_path.exists():
-        return store.report_path.read_text(encoding="utf-8")
+        return _from_here(store.report_path.read_text(encoding="utf-8"), record)
     if record.status is RunPhase.STOPPED:
         stop = record.config.stop_after
         why = record.error or (f"stopped after {stop}" if stop else "stopped early")
@@ -200,12 +238,32 @@ def outcome(store: RunStore, record: RunRecord) -> str:
     if record.status is RunPhase.RUNNING:
         return (
             f"[wait] stopped waiting; run {record.run_id} goes on in the workers. "
-            f"Its state: runs/{record.run_id}/run-state.json\n"
+            f"Its state: {_here(record)}/runs/{record.run_id}/run-state.json\n"
         )
+    if record.status is RunPhase.CRASHED:
+        return ""  # the verdict line says it, with the error: one sentence, not two
     return (
         f"run {record.run_id}: {record.status.value}"
         + (f" ({record.error})" if record.error else "")
         + "\n"
+    )
+
+
+def _here(record: RunRecord) -> str:
+    """The run's workspace as a path from the current folder (`.` when it is that)."""
+    return os.path.relpath(record.workspace, Path.cwd())
+
+
+def _from_here(report_text: str, record: RunRecord) -> str:
+    """The report with its trace line's paths given from the current folder (the report
+    file gives them from the workspace)."""
+    where = _here(record)
+    if where == ".":
+        return report_text
+    lines = report_text.splitlines(keepends=True)
+    return "".join(
+        report.trace_line(record.run_id, where) + "\n" if line.startswith(report.TRACE) else line
+        for line in lines
     )
 
 
@@ -248,7 +306,7 @@ def wait_for_verdict(
             follow.lines.show(record)
         _conclude(store, record, code, shown, as_json)
     except BrokenPipeError:  # stdout went away (`| head`): the run's outcome stands
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        reader_left()
     return code
 
 
@@ -311,7 +369,7 @@ def _workspace_of(run: RunMeta | RunStore) -> tuple[Path, str]:
 
 def plural(count: int, noun: str) -> str:
     """`1 ticket`, `2 tickets`."""
-    return f"{count} {noun}{'' if count == 1 else 's'}"
+    return report.counted(count, noun)
 
 
 def _cancel_of(cancel: Cancel) -> str:

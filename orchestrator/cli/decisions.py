@@ -89,13 +89,20 @@ def requeue(workspace: Path, run_id: str, tickets: list[str], by: str | None) ->
     store = find(workspace, run_id)
     lease.wait_free(store, wait=False)
     names = claims.names_of(store, tickets)
-    moved = claims.requeue(Workspace(workspace), store, names)
+    done = claims.requeue(Workspace(workspace), store, names)
     journal.requeued(store)  # a claim that never finished, emptied: no longer stranded
-    left = sorted(set(names) - set(moved))
-    store.tracer(node="requeue").emit("requeued", by=by or _user(), files=moved, left=left)
-    lines = [f"inbox/{name}" for name in moved]
-    if left:
-        lines.append(f"left in runs/{run_id}/claimed/ (name taken in inbox/): {', '.join(left)}")
+    left = sorted(done.taken + done.back + done.gone)
+    store.tracer(node="requeue").emit("requeued", by=by or _user(), files=done.moved, left=left)
+    lines = [f"inbox/{name}" for name in done.moved]
+    if done.taken:
+        taken = ", ".join(done.taken)
+        lines.append(f"left in runs/{run_id}/claimed/ (name taken in inbox/): {taken}")
+    if done.back:
+        verb = "is" if len(done.back) == 1 else "are"
+        lines.append(f"{', '.join(done.back)} {verb} back in inbox/ already")
+    if done.gone:
+        where = f"in neither runs/{run_id}/claimed/ nor inbox/ (moved or deleted)"
+        lines.append(f"{', '.join(done.gone)}: {where}")
     return "".join(f"{line}\n" for line in lines)
 
 

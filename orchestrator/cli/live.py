@@ -58,4 +58,7 @@ class LiveView:
         spend = Text(
             f"{t.calls} model calls · {t.tokens:,} tokens · {t.spend} · {t.elapsed_s:.1f} s elapsed"
         )
-        return Group(Text(f"run {self.run_id}", style="bold"), nodes, tickets, spend)
+        parts = [Text(f"run {self.run_id}", style="bold"), nodes, tickets, spend]
+        if (waits := t.waits.line()) is not None:
+            parts.append(Text(waits, style="yellow"))
+        return Group(*parts)

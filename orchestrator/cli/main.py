@@ -189,6 +189,8 @@ def reports_errors(name: str) -> Callable[[Callable[..., int]], Callable[..., in
         def run(*args: Any, **kwargs: Any) -> int:
             try:
                 return handler(*args, **kwargs)
+            except BrokenPipeError:
+                return _reader_left()
             except Exception as exc:
                 if not isinstance(exc, GraphError | OSError) and not _a_bad_setting(exc):
                     raise
@@ -197,6 +199,13 @@ def reports_errors(name: str) -> Callable[[Callable[..., int]], Callable[..., in
         return run
 
     return wrap
+
+
+def _reader_left() -> int:
+    """stdout's reader went away (`status | head`): what it read is what it wanted, so the
+    command ends quietly, as `cat | head` does (`run` and `resume` go on: console.say)."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return ExitCode.ALL_PASS
 
 
 def failed(command: str, exc: Exception) -> int:
@@ -243,7 +252,8 @@ def init(folder: Path, template: str) -> int:
 
     Create a workspace in FOLDER from a template: its ticketgraph.toml (the categories and
     the worker of each), prompts/, templates/, a tools module, inbox/ and out/; the demo
-    also has six tickets, kb/, data/ and scenarios/demo.yaml for the scripted provider.
+    also has six tickets, kb/, data/, scenarios/demo.yaml for the scripted provider and
+    examples/ (two tickets whose refunds wait for a person, for README's approvals).
     Existing files are never overwritten.
     """
     from orchestrator.cli.console import plural
@@ -258,6 +268,32 @@ def init(folder: Path, template: str) -> int:
         print(f"next: cd {folder} && ticketgraph run")
     else:
         print(f"next: edit {folder}/ticketgraph.toml, then cd {folder} && ticketgraph check")
+    return ExitCode.ALL_PASS
+
+
+@cli.group(cls=_Commands)
+def scenarios() -> None:
+    """The workspace's scripted replies (scenarios/demo.yaml), served when no LLM_BASE_URL
+    is set."""
+
+
+@scenarios.command("init")
+@workspace_option
+@reports_errors("scenarios init")
+def scenarios_init(workspace: Path) -> int:
+    """Script the tickets in inbox/, to run them offline.
+
+    Add to the workspace's scenarios/demo.yaml what the tickets in inbox/ need to run
+    without a model: a line `<ticket id>: CATEGORY` in the router's reply for each ticket it
+    does not name yet, and a script per ticket whose reply is REPLY. Replace each CATEGORY
+    with one of the workspace's categories and each REPLY with the reply its worker should
+    give, then `ticketgraph run`. What the file already says is kept; run it again when new
+    tickets arrive. Nothing in inbox/ is moved.
+    """
+    from orchestrator.steps import scripted
+    from orchestrator.workspace import Workspace
+
+    print(scripted.add_for_inbox(Workspace(workspace).require()).said(), end="")
     return ExitCode.ALL_PASS
 
 
@@ -288,7 +324,9 @@ def run(opts: RunOptions, pool_size: int | None, stop_after: str | None) -> int:
         from orchestrator.workspace import Workspace
 
     shown = _shown(opts)
-    settings = _checked_settings(opts.broker, opts.timeout, pool_size, stop_after, opts.budget)
+    settings = _checked_settings(
+        opts.broker, opts.timeout, pool_size, stop_after, opts.budget, opts.log_level
+    )
     submission.require_workers(settings, opts.wait_for_workers)
     store = start(Workspace(opts.workspace), settings, tasks.registered())
     if store is None:
@@ -298,7 +336,7 @@ def run(opts: RunOptions, pool_size: int | None, stop_after: str | None) -> int:
             print(nothing_to_claim(Workspace(opts.workspace)), flush=True)
         return ExitCode.ALL_PASS
     if shown != "quiet":
-        print(console.claimed(store), flush=True)
+        console.say(console.claimed(store) + "\n")
     return console.wait_for_verdict(store, settings, shown, opts.log_format, opts.as_json)
 
 
@@ -475,19 +513,19 @@ def resume(run_id: str, opts: RunOptions, retry_failed: str, wait: bool) -> int:
         from workers.settings import HarnessSettings
 
     shown = _shown(opts)
-    settings = _checked_settings(opts.broker, opts.timeout)
+    settings = _checked_settings(opts.broker, opts.timeout, log_level=opts.log_level)
     store = find(opts.workspace, run_id)
     workspace = Workspace(opts.workspace)
     endpoint.require(workspace, settings, HarnessSettings())
     submission.require_workers(settings, opts.wait_for_workers)
-    lease.wait_free(store, wait, say=lambda line: print(line, flush=True))
+    lease.wait_free(store, wait, say=lambda line: console.say(line + "\n"))
     lease.acquire(store, "distributed" if settings.broker_url else "embedded")
     # A claim a crash left unfinished (intake/journal.py): its tickets written now.
     if finish_claim(workspace, store) and shown != "quiet":
         print(console.claimed(store), flush=True)
     taken = retry.reopen(store, tasks.registered(), retry_failed, opts.budget)  # type: ignore[arg-type]
     if shown != "quiet":
-        print(console.reopened(taken), end="", flush=True)
+        console.say(console.reopened(taken))
     return console.wait_for_verdict(store, settings, shown, opts.log_format, opts.as_json)
 
 
@@ -699,9 +737,9 @@ def worker(
 @click.option(
     "--workspace",
     type=click.Path(path_type=Path, file_okay=False),
-    default=Path("harness-workspace"),
-    show_default=True,
-    help="Folder the file tools see; created with the demo files if missing.",
+    help="Folder the file tools see, created with the demo files if missing (what a "
+    "scenario deletes or writes there stays so). Default: a fresh copy of the demo files, "
+    "removed after.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead.")
 def harness(
@@ -717,7 +755,7 @@ def harness(
     resume_from: Path | None,
     cancel_after: float | None,
     trace: Path | None,
-    workspace: Path,
+    workspace: Path | None,
     as_json: bool,
 ) -> int:
     """Run one agent-harness scenario against the scripted provider.
@@ -776,6 +814,7 @@ def _checked_settings(
     pool_size: int | None = None,
     stop_after: str | None = None,
     budget: float | None = None,
+    log_level: str | None = None,
 ) -> GraphSettings:
     """The graph's settings (environment and flags), the model endpoint's checked too,
     before anything is claimed."""
@@ -783,7 +822,8 @@ def _checked_settings(
     from workers.settings import HarnessSettings, load
 
     load(HarnessSettings, "LLM_")
-    return environment.settings(broker, timeout, pool_size, stop_after, budget)
+    level = log_level.upper() if log_level else None
+    return environment.settings(broker, timeout, pool_size, stop_after, budget, level)
 
 
 def _shown(opts: RunOptions) -> Mode:

@@ -59,6 +59,7 @@ class RunOptions:
     quiet: bool
     log_format: str
     budget: float | None
+    log_level: str | None
 
 
 def run_options(f: F) -> F:
@@ -106,6 +107,14 @@ def run_options(f: F) -> F:
                 "its ticket ends `budget`; resume with a higher --budget to finish it.",
             ),
             click.option("--quiet", "-q", is_flag=True, help="Print only the verdict line."),
+            click.option(
+                "--log-level",
+                type=click.Choice(
+                    ["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], case_sensitive=False
+                ),
+                help="Show the embedded workers' own log (Celery's) on stderr from this level "
+                "(default: it goes to runs/<run>/workers.log; TICKETGRAPH_LOG_LEVEL).",
+            ),
             click.option(
                 "--log-format",
                 type=click.Choice(["text", "json"]),

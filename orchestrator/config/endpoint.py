@@ -23,8 +23,8 @@ def require(workspace: Workspace, settings: GraphSettings, llm: HarnessSettings)
     if settings.broker_url:
         return "the workers' own LLM_BASE_URL (a run on a shared broker)"
     offline = (
-        f"write scripted replies to {workspace.scenarios} to try it offline "
-        "(`ticketgraph provider --help` shows their format)"
+        f"run `ticketgraph scenarios init` to write scripted replies for the tickets in "
+        f"inbox/ to {workspace.scenarios} and try it offline"
     )
     if llm.base_url:
         shown = masked(llm.base_url)

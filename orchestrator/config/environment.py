@@ -57,6 +57,8 @@ class GraphSettings(BaseSettings):
     run_timeout_s: float = Field(
         default=3600, gt=0, description="how long `run` waits for a verdict"
     )
+    # An embedded run's workers log to runs/<run>/workers.log; with a level, to stderr.
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] | None = None
     # `ticketgraph web`'s login (HTTP basic auth); without it the web view refuses to start.
     web_user: str | None = None
     web_password: SecretStr | None = None
@@ -90,6 +92,7 @@ def settings(
     pool_size: int | None = None,
     stop_after: str | None = None,
     budget_usd: float | None = None,
+    log_level: str | None = None,
 ) -> GraphSettings:
     """The graph's settings from the environment, with the command's flags laid over them;
     `SettingsError`, one sentence naming the variable or the flag, for a value that cannot
@@ -98,7 +101,7 @@ def settings(
     if broker is not None and (problem := broker_url_problem(broker)) is not None:
         raise SettingsError(f"--broker {shown(broker)!r}: {problem}")
     flags = {"broker_url": broker, "run_timeout_s": timeout, "pool_size": pool_size}
-    flags["stop_after"], flags["budget_usd"] = stop_after, budget_usd
+    flags["stop_after"], flags["budget_usd"], flags["log_level"] = stop_after, budget_usd, log_level
     return loaded.model_copy(update={k: v for k, v in flags.items() if v is not None})
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from orchestrator.errors import UsageError
@@ -79,18 +80,31 @@ def _rejected_file(workspace: Workspace, folder: Path, rejection: inbox.Rejectio
     )
 
 
-def requeue(workspace: Workspace, store: RunStore, names: list[str]) -> list[str]:
-    """Put claimed files back into inbox/ (a later run claims them again); the names moved.
+@dataclass(frozen=True)
+class Requeued:
+    """What `requeue` did with each name: moved back, or why not."""
 
-    A file whose name is already taken in inbox/ stays where it is (never overwritten).
-    """
-    moved = []
+    moved: list[str] = field(default_factory=list)
+    taken: list[str] = field(default_factory=list)  # still claimed: inbox/ has that name
+    back: list[str] = field(default_factory=list)  # not claimed any more: in inbox/ already
+    gone: list[str] = field(default_factory=list)  # neither claimed nor in inbox/
+
+
+def requeue(workspace: Workspace, store: RunStore, names: list[str]) -> Requeued:
+    """Put claimed files back into inbox/ (a later run claims them again); what happened to
+    each. A file whose name is already taken in inbox/ stays where it is (never
+    overwritten)."""
+    done = Requeued()
     for name in names:
         source, target = store.claimed_dir / name, workspace.inbox / name
-        if source.exists() and not os.path.lexists(target):
+        if not os.path.lexists(source):
+            (done.back if os.path.lexists(target) else done.gone).append(name)
+        elif os.path.lexists(target):
+            done.taken.append(name)
+        else:
             os.rename(source, target)
-            moved.append(name)
-    return moved
+            done.moved.append(name)
+    return done
 
 
 def claimed_names(store: RunStore) -> list[str]:

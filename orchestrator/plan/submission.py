@@ -89,7 +89,7 @@ def _execute_held(
         check_writable(store.dir, workspace.out)  # before anything is paid for
         if not store.ticket_ids():
             return _finish_empty(store)
-        with _celery(workspace, settings, llm, meta.config.pool_size) as app:
+        with _celery(workspace, settings, llm, meta.config.pool_size, store) as app:
             end = _submit_and_wait(app, store, settings, on_event, held)
     except KeyboardInterrupt:
         # An embedded run stops with its command; a distributed one goes on in its workers.
@@ -277,13 +277,18 @@ def _still_there(r: Any, store: RunStore, attempt: str, why: str = KEYS_GONE) ->
 
 @contextlib.contextmanager
 def _celery(
-    workspace: Workspace, settings: GraphSettings, llm: HarnessSettings, pool_size: int
+    workspace: Workspace,
+    settings: GraphSettings,
+    llm: HarnessSettings,
+    pool_size: int,
+    store: RunStore,
 ) -> Iterator[Celery]:
-    """A configured app: the given broker, or an embedded Redis with worker processes."""
+    """A configured app: the given broker, or an embedded Redis with worker processes
+    (logging into the run's folder)."""
     if settings.broker_url:
         yield configure(settings.broker_url, settings, llm)
         return
-    with embedded.cluster(workspace, settings, llm, pool_size) as app:
+    with embedded.cluster(workspace, settings, llm, pool_size, store.workers_log) as app:
         yield app
 
 

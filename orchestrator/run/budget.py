@@ -65,7 +65,7 @@ end
 """
 )
 
-# ARGV: hold id, nano-USD, ticket ('' for none), lease ms. -> {verdict, remaining}
+# ARGV: hold id, nano-USD, ticket ('' for none), lease ms. -> {verdict, remaining, held}
 _HOLD = (
     _EXPIRE
     + """
@@ -76,12 +76,12 @@ local amount, ticket = tonumber(ARGV[2]), ARGV[3]
 local remaining = limit - settled - held
 if b[4] == '1' then
   redis.call('HINCRBY', budget, 'refused', 1)
-  return {'spent', remaining}
+  return {'spent', remaining, held}
 end
 if settled + held + amount > limit then
   redis.call('HSET', budget, 'spent', 1)
   redis.call('HINCRBY', budget, 'refused', 1)
-  return {'spent', remaining}
+  return {'spent', remaining, held}
 end
 local ticket_limit = tonumber(b[5] or 0)
 if ticket ~= '' and ticket_limit > 0 then
@@ -188,12 +188,14 @@ class Ledger:
         args = [to_nano(run_usd), to_nano(limits.ticket_usd or 0), to_nano(settled_usd)]
         self._open(keys=self.keys, args=[*args, keys.RUN_TTL_S])
 
-    def hold(self, hold_id: str, nano: int, ticket: str) -> tuple[str, int]:
-        """('ok' | 'spent' | 'ticket' | 'missing', nano-USD remaining)."""
-        verdict, remaining = self._hold(
+    def hold(self, hold_id: str, nano: int, ticket: str) -> tuple[str, int, int]:
+        """('ok' | 'spent' | 'ticket' | 'missing', nano-USD remaining, nano-USD held by
+        other calls when the run's limit refused it, else 0)."""
+        verdict, remaining, *held = self._hold(
             keys=self.keys, args=[hold_id, nano, ticket, leases.lease_ms()]
         )
-        return verdict.decode() if isinstance(verdict, bytes) else verdict, int(remaining)
+        verdict = verdict.decode() if isinstance(verdict, bytes) else verdict
+        return verdict, int(remaining), int(held[0]) if held else 0
 
     def settle(self, hold_id: str, nano: int, ticket: str, estimated: bool) -> None:
         """Settle (`nano` ≥ 0) or release (`nano` = -1) one hold."""
@@ -292,18 +294,20 @@ class RunMeter:
         hold_id = secrets.token_hex(8)
         nano = to_nano(worst.usd)
         try:
-            verdict, remaining = self.ledger.hold(hold_id, nano, self.ticket)
+            verdict, remaining, held = self.ledger.hold(hold_id, nano, self.ticket)
             if verdict == "missing":  # Redis lost it: the folder knows what was paid
                 self.ledger.open(self.limits, folder_spent(self.store))
-                verdict, remaining = self.ledger.hold(hold_id, nano, self.ticket)
+                verdict, remaining, held = self.ledger.hold(hold_id, nano, self.ticket)
         except redis.RedisError as exc:
             raise OverBudget(
                 f"the run's budget ledger cannot be reached ({exc}); no call starts without it"
             ) from exc
         if verdict == "spent":
+            # What is left at the end (the report) is more: the held calls settle for less.
             raise OverBudget(
                 f"run budget: ${max(remaining, 0) / NANO:.4f} left of "
-                f"${self.limits.run_usd or MAX_USD:.4f}, this call may cost ${nano / NANO:.4f}"
+                f"${self.limits.run_usd or MAX_USD:.4f} while calls in flight held "
+                f"${held / NANO:.4f}, this call may cost ${nano / NANO:.4f}"
             )
         if verdict == "ticket":
             raise OverBudget(

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from orchestrator.errors import RunStateError, RunStorageError
+from orchestrator.errors import GraphError, RunStateError, RunStorageError
 from orchestrator.exit_codes import ExitCode
 from orchestrator.run import totals
 from orchestrator.run.records import Cancel, RunMeta, RunPhase
@@ -113,7 +113,10 @@ def crashed(store: RunStore, exc: BaseException, if_running: bool = False) -> in
 
 
 def crash_text(exc: BaseException) -> str:
-    """An error as one line; an OSError names its path."""
+    """An error as one line; an OSError names its path. Our own errors are sentences that
+    say what failed; another's is named by its type (`KeyError: 'x'`)."""
     if isinstance(exc, OSError) and exc.filename is not None:
         return f"{type(exc).__name__}: {exc.strerror or exc}: {exc.filename}"
+    if isinstance(exc, GraphError) and str(exc):
+        return str(exc)
     return f"{type(exc).__name__}: {exc}"

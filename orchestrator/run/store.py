@@ -119,6 +119,11 @@ class RunStore:
         """The printed report of this run."""
         return self.dir / REPORT_FILE
 
+    @property
+    def workers_log(self) -> Path:
+        """The log of an embedded run's worker processes (Celery's, and tracebacks)."""
+        return self.dir / "workers.log"
+
     def draft_path(self, ticket_id: str) -> Path:
         """Where the drafting task leaves a draft for merge to publish."""
         return self.dir / "drafts" / f"{ids.ticket(ticket_id)}.txt"

@@ -16,6 +16,7 @@ from orchestrator.run.records import CANCELLED, RoleSettings, RunConfig, StepUsa
 from orchestrator.run.store import ROUTER
 from orchestrator.steps import approval as steps_approval
 from orchestrator.steps.context import Context
+from orchestrator.workspace import DEMO_SCENARIOS
 from workers import loop
 from workers.client import ModelClient, RequestParams
 from workers.settings import HarnessSettings
@@ -26,6 +27,7 @@ from workers.trace import Tracer
 TIME_LIMIT = "time_limit"  # the cancel reason of a task that reached its soft limit
 EXPIRED = "approval_expired"  # the stop of a ticket whose call expired undecided
 NO_SCRIPT = "no script matched the request"  # what the scripted provider answers then
+ROUTER_ROLE = "router"
 
 _clients: dict[str, ModelClient] = {}
 _clients_lock = threading.Lock()
@@ -119,10 +121,7 @@ def run_agent(
     )
     error = state.error or _stop_reason(state)
     if config.scripted and error and NO_SCRIPT in error:
-        error += (
-            " (the workspace's scripted provider, scenarios/demo.yaml, has no script for "
-            "this ticket: set LLM_BASE_URL to answer it with a real model)"
-        )
+        error += _no_script_hint(role)
     return AgentResult(
         text=state.output,
         status=state.status,
@@ -203,6 +202,16 @@ class Role:
     max_turns: int
     budget_usd: float | None
     prompt: str | None  # None: the built-in prompt
+
+
+def _no_script_hint(role: str) -> str:
+    """What to do when the workspace's scripted replies have none for a request of `role`."""
+    whose = "the router's request" if role == ROUTER_ROLE else "this ticket"
+    return (
+        f" (the workspace's {DEMO_SCENARIOS} has no script for {whose}: "
+        "`ticketgraph scenarios init` adds one to fill in for each ticket in inbox/; or set "
+        "LLM_BASE_URL to answer with a real model)"
+    )
 
 
 def role_of(config: RunConfig, role: str) -> Role:

@@ -4,6 +4,7 @@ the needs-human list, and where the trace is. A plain function, no model."""
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Iterable
 from typing import Any
@@ -23,7 +24,8 @@ from orchestrator.run.records import (
     spent,
 )
 from orchestrator.steps.context import Context
-from orchestrator.steps.routing import OTHER
+from orchestrator.steps.routing import OTHER, TO_FILL
+from orchestrator.workspace import DEMO_SCENARIOS
 
 ONE_LINE_CHARS = 22
 SUMMARY_CHARS = 100
@@ -42,17 +44,23 @@ def summary(text: str) -> str:
     return f"{head[:SUMMARY_CHARS]}…" if len(head) > SUMMARY_CHARS else head
 
 
-def _row(cells: list[object], widths: list[int]) -> str:
-    return "".join(f"{c!s:<{w}}" for c, w in zip(cells, widths, strict=False)).rstrip()
+def _row(cells: list[str], widths: list[int]) -> str:
+    return "".join(f"{c:<{w}}" for c, w in zip(cells, widths, strict=False)).rstrip()
+
+
+def table(rows: list[list[str]], least: list[int]) -> list[str]:
+    """Rows (the header first) in columns `least` wide, or as wide as their longest cell
+    and one space, so that no two cells run together."""
+    widths = [max([w, *(len(row[i]) + 1 for row in rows)]) for i, w in enumerate(least)]
+    return [_row(row, widths) for row in rows]
+
+
+_NODE_WIDTHS = [10, 9, 7, 8, 8, 8, 10]
 
 
 def node_table(record: RunRecord) -> list[str]:
     """Per node: time, model calls, tokens, rounds (review only), status."""
-    widths = [10, 9, 7, 8, 8, 8, 10]
-    lines = [
-        "=== Graph run summary ===",
-        _row(["Node", "Time", "Calls", "Tokens", "Rounds", "Status", "Cost"], widths),
-    ]
+    rows = [["Node", "Time", "Calls", "Tokens", "Rounds", "Status", "Cost"]]
     for name in record.config.nodes:
         node = record.nodes.get(name)
         if node is None:
@@ -61,10 +69,13 @@ def node_table(record: RunRecord) -> list[str]:
         spent_usd = usd(node.cost_usd, node.estimated)
         status = _node_status(record, node)
         cells = [name, f"{node.ms}ms", node.calls, node.tokens, rounds, status, spent_usd]
-        lines.append(_row(cells, widths))
+        rows.append([str(c) for c in cells])
     estimated = sum(n.estimated for n in record.nodes.values())
-    lines.append(f"Cost of the run: {usd(cost(record), estimated)}" + _estimated_note(estimated))
-    return lines
+    return [
+        "=== Graph run summary ===",
+        *table(rows, _NODE_WIDTHS),
+        f"Cost of the run: {usd(cost(record), estimated)}" + _estimated_note(estimated),
+    ]
 
 
 def _node_status(record: RunRecord, node: NodeRecord) -> str:
@@ -82,28 +93,26 @@ def usd(amount: float, estimated: int = 0) -> str:
 def _estimated_note(estimated: int) -> str:
     if not estimated:
         return ""
-    plural = "y" if estimated == 1 else "ies"
-    return f" (~: {estimated} repl{plural} came without usage; counted with o200k_base)"
+    replies = counted(estimated, "reply", "replies")
+    return f" (~: {replies} came without usage; counted with o200k_base)"
 
 
-def ticket_table(record: RunRecord) -> list[str]:
-    """Per ticket: category, handler, rounds, stop reason, status, cost (draft + review)."""
-    return [*TICKET_HEADER, *(ticket_row(i, t) for i, t in record.tickets.items())]
+def counted(count: int, one: str, many: str | None = None) -> str:
+    """`1 reply`, `2 replies`: the count and the noun it takes (`one` + s if no `many`)."""
+    return f"{count} {one if count == 1 else many or one + 's'}"
 
 
 _TICKET_WIDTHS = [9, 10, 17, 8, 15, 12, 10]
-TICKET_HEADER = [
-    "=== Per ticket ===",
-    _row(["Ticket", "Category", "Handler", "Rounds", "Stop", "Status", "Cost"], _TICKET_WIDTHS),
-]
+TICKET_TITLE = "=== Per ticket ==="
+TICKET_COLUMNS = ["Ticket", "Category", "Handler", "Rounds", "Stop", "Status", "Cost"]
 
 
-def ticket_row(ticket_id: str, t: TicketRecord) -> str:
-    """One ticket's line of the per-ticket table."""
+def ticket_cells(ticket_id: str, t: TicketRecord) -> list[str]:
+    """One ticket's cells of the per-ticket table: category, handler, rounds, stop reason,
+    status, cost (draft + review)."""
     spent = t.draft + t.review
-    cells = [ticket_id, t.category or "-", t.handler or "-", t.gate_rounds, t.stop or "-"]
-    cells.append(t.status.value)
-    return _row([*cells, usd(spent.cost_usd, spent.estimated)], _TICKET_WIDTHS)
+    cells = [ticket_id, t.category or "-", t.handler or "-", str(t.gate_rounds), t.stop or "-"]
+    return [*cells, t.status.value, usd(spent.cost_usd, spent.estimated)]
 
 
 def cost(record: RunRecord) -> float:
@@ -143,6 +152,7 @@ def budget(record: RunRecord) -> BudgetTotals:
         settled_usd=settled,
         remaining_usd=remaining,
         calls=spent_now["calls"],
+        estimated=sum(n.estimated for n in record.nodes.values()),
         calls_waited=waited,
     )
 
@@ -172,23 +182,23 @@ def rendered(
     record: RunRecord, tickets: Iterable[tuple[str, TicketRecord]] | None = None
 ) -> tuple[str, int]:
     """The report (`render`) and how many tickets need a human, from one pass."""
-    rows: list[str] = []
+    rows: list[list[str]] = [TICKET_COLUMNS]
     needs_human: list[tuple[str, TicketRecord]] = []
     clamped: list[tuple[str, str | None]] = []
     published = 0
     for ticket_id, t in record.tickets.items() if tickets is None else tickets:
-        rows.append(ticket_row(ticket_id, t))
+        rows.append(ticket_cells(ticket_id, t))
         published += t.file is not None
         if t.status is not TicketStatus.PASS:
             needs_human.append((ticket_id, t))
         if t.routing == "clamped":
             clamped.append((ticket_id, t.routed_as))
-    plural = "" if len(needs_human) == 1 else "s"
     lines = [*node_table(record)]
     if (line := budget_line(budget(record))) is not None:
         lines.append(line)
-    lines += ["", *TICKET_HEADER, *rows, ""]
-    lines.append(f"out/: {published} replies; need a human: {len(needs_human)} ticket{plural}")
+    lines += ["", TICKET_TITLE, *table(rows, _TICKET_WIDTHS), ""]
+    replies, humans = counted(published, "reply", "replies"), counted(len(needs_human), "ticket")
+    lines.append(f"out/: {replies}; need a human: {humans}")
     for ticket_id, t in needs_human:
         if t.waiting is not None:
             lines += waiting_lines(record.run_id, ticket_id, t.waiting)
@@ -197,15 +207,39 @@ def rendered(
         lines.append(f"  - {ticket_id} ({t.stop or t.status.value}): {detail or t.one_line}")
         if t.gate_reports:
             lines.append(f"      gate: {t.gate_reports[-1]}")
-    if clamped:
-        lines.append(f"routed to {OTHER} for want of a category: {len(clamped)}")
-        lines += [f"  - {i}: the router said {routed_as!r}" for i, routed_as in clamped]
+    lines += _clamped_lines(clamped)
     if record.rejected:
-        lines.append(f"quarantine/: {len(record.rejected)} files that are not tickets")
+        files = counted(
+            len(record.rejected), "file that is not a ticket", "files that are not tickets"
+        )
+        lines.append(f"quarantine/: {files}")
         lines += [f"  - {r.file}: {r.reason}" for r in record.rejected]
-    run_dir = f"runs/{record.run_id}"
-    lines.append(f"Trace: {run_dir}/run-state.json / {run_dir}/run.jsonl (run_id={record.run_id})")
+    lines.append(trace_line(record.run_id))
     return "\n".join(lines) + "\n", len(needs_human)
+
+
+def _clamped_lines(clamped: list[tuple[str, str | None]]) -> list[str]:
+    """The tickets routed to other for an unknown label, and what the router said."""
+    if not clamped:
+        return []
+    lines = [f"routed to {OTHER} for want of a category: {len(clamped)}"]
+    lines += [f"  - {i}: the router said {routed_as!r}" for i, routed_as in clamped]
+    if any(routed_as == TO_FILL for _, routed_as in clamped):
+        lines.append(
+            f"    ({TO_FILL} is what `ticketgraph scenarios init` wrote: put each ticket's "
+            f"category in its place in {DEMO_SCENARIOS})"
+        )
+    return lines
+
+
+TRACE = "Trace: "
+
+
+def trace_line(run_id: str, workspace: str = ".") -> str:
+    """Where the run's state and trace are, from the workspace (or from `workspace`'s
+    parent, as a path to it)."""
+    run_dir = os.path.normpath(os.path.join(workspace, "runs", run_id))
+    return f"{TRACE}{run_dir}/run-state.json / {run_dir}/run.jsonl (run_id={run_id})"
 
 
 def waiting_lines(run_id: str, ticket_id: str, call: WaitingCall) -> list[str]:

@@ -23,6 +23,7 @@ from orchestrator.run.store import ROUTER
 from orchestrator.steps import agent, batches, prompts, routing
 from orchestrator.steps.agent import AgentResult
 from orchestrator.steps.context import Context
+from orchestrator.workspace import DEMO_SCENARIOS
 from workers.state import RunStatus
 from workers.trace import Tracer
 
@@ -47,7 +48,8 @@ def route(ctx: Context) -> list[str]:
     }
     ctx.store.save_routes(routes)  # drafting writes each into the ticket's record
     unrouted = [i for i in ids if i in decisions and i not in routes]
-    errors = {i: _unrouted_error(ctx.meta.config.scripted, asked.asks[i]) for i in unrouted}
+    scripted = ctx.meta.config.scripted
+    errors = {i: unrouted_error(i, scripted, asked.asks[i]) for i in unrouted}
     ctx.store.save_tickets(_unrouted(ctx, errors))
     with trace.batched() as lines:
         for ticket_id in ids:
@@ -175,18 +177,19 @@ def _out_of_budget(ctx: Context, result: AgentResult) -> list[str]:
     return []
 
 
-SCRIPTED = (
-    " (no script of the workspace's scripted provider, scenarios/demo.yaml, matched it: "
-    "it answers the demo's tickets only; set LLM_BASE_URL to route yours with a real model)"
-)
-
-
-def _unrouted_error(scripted: bool, asks: int) -> str:
-    """Why a ticket the router named no category for needs a person."""
+def unrouted_error(ticket_id: str, scripted: bool, asks: int) -> str:
+    """Why a ticket the router named no category for needs a person; with the workspace's
+    scripted replies, the line their router's reply lacks and where it goes."""
     times = {1: "once", 2: "twice"}.get(asks, f"{asks} times")
     alone = "" if asks <= 2 else ", the last time alone"
-    reason = f"the router named no category for it, asked {times}{alone}"
-    return reason + (SCRIPTED if scripted else "")
+    why = f"the router named no category for it, asked {times}{alone}"
+    if not scripted:
+        return why
+    return (
+        f"{why} (the router's reply in the workspace's {DEMO_SCENARIOS} has no line "
+        f"`{ticket_id}: <category>`: requeue the ticket, run `ticketgraph scenarios init` and "
+        "fill in what it adds; or set LLM_BASE_URL to route with a real model)"
+    )
 
 
 def parse(text: str, ids: list[str], allowed: list[str], trace: Tracer) -> dict[str, str]:

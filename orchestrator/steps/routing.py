@@ -27,6 +27,8 @@ import re
 from dataclasses import dataclass
 
 OTHER = "other"
+# The label `ticketgraph scenarios init` writes for a ticket, until someone picks its category.
+TO_FILL = "CATEGORY"
 
 _BULLET = re.compile(r"^\s*(?:[-*+•]|\d+[.)])\s+")
 _DECOR = re.compile(r"[*_`\"'“”‘’]")

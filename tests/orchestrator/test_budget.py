@@ -122,6 +122,24 @@ def test_a_meter_fails_closed_without_redis_and_reseeds_a_lost_ledger(
         meter.hold(WorstCase(1000, 1000, 0.05))
 
 
+def test_a_refused_call_says_what_calls_in_flight_held(broker: str, demo: Path) -> None:
+    """What is left when a call is refused is less than what the report shows left at the
+    end, by what other calls held then: the refusal names it, so the two figures add up."""
+    store = RunStore(demo / "runs" / "run-20261201-000000-eeee")
+    (store.dir / "agents").mkdir(parents=True)
+    meter = budget.RunMeter(redis.Redis.from_url(broker), store, budget.Limits(0.05), "T-1")
+    meter.hold(WorstCase(1000, 1000, 0.02)).settle(
+        0.01, Usage(prompt_tokens=1, completion_tokens=1)
+    )
+    in_flight = meter.hold(WorstCase(1000, 1000, 0.03))  # another call, not answered yet
+    with pytest.raises(OverBudget) as refused:
+        meter.hold(WorstCase(1000, 1000, 0.02))
+    assert "$0.0100 left of $0.0500 while calls in flight held $0.0300" in str(refused.value)
+    in_flight.settle(0.005, Usage(prompt_tokens=1, completion_tokens=1))
+    totals = budget.Ledger(meter.ledger.r, store.run_id).totals()
+    assert totals is not None and totals.remaining_usd == pytest.approx(0.035)
+
+
 HOLDER = """
 import sys, time, redis
 from orchestrator.broker import ratecap
@@ -259,6 +277,13 @@ def test_a_token_rate_cap_keeps_a_rate_limited_endpoint_from_saying_429(
     doc = _document(cli, tmp_path / "a")
     assert _tokens(doc) == served["prompt_tokens"] + served["completion_tokens"]
     assert doc["budget"]["calls_waited"] > 0  # the cap held requests back
+    # ... and the waiting command said so as they waited, not only in the report.
+    said = [line for line in done.stdout.splitlines() if line.startswith("[wait] ")]
+    assert said and "for the endpoint's cap (LLM_MAX_TPM) since " in said[0], done.stdout
+    assert done.stdout.index(said[0]) < done.stdout.index("=== Graph run summary")
+    trace = (tmp_path / "a" / "run.jsonl").read_text().splitlines()
+    waits = [e for e in map(json.loads, trace) if e["event"] == "cap_wait"]
+    assert len(waits) >= doc["budget"]["calls_waited"], len(waits)
 
 
 def test_caps_are_read_from_the_environment() -> None:

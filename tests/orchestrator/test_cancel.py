@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -55,10 +56,11 @@ def _stats(url: str) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def _running(workspace: Path, env: dict[str, str]) -> Iterator[subprocess.Popen[str]]:
-    """`ticketgraph run` in the background (stopped by PID if the test leaves it running)."""
+def _running(workspace: Path, env: dict[str, str], *args: str) -> Iterator[subprocess.Popen[str]]:
+    """`ticketgraph run ARGS` in the background (stopped by PID if the test leaves it
+    running), its stdout and stderr in one pipe."""
     run = subprocess.Popen(
-        [sys.executable, "-m", "orchestrator.cli", "run"],
+        [sys.executable, "-m", "orchestrator.cli", "run", *args],
         cwd=workspace,
         env={**clean_env(), **env},
         stdout=subprocess.PIPE,
@@ -180,8 +182,10 @@ def test_a_cancelled_ticket_stops_the_others_finish_and_resume_retries_it(
 
 
 def test_an_embedded_run_is_cancelled_through_its_own_command(demo: Path, cli: Cli) -> None:
+    """... and its command, --quiet, prints its verdict line and nothing else: the
+    workers' own log lines (each process says what it cancelled) go to the run's log."""
     write_scenarios(demo / "scenarios" / "demo.yaml", _hanging("T-1001", "T-1002"))
-    with _running(demo, {}) as run:
+    with _running(demo, {}, "--quiet") as run:
         run_dir = _run_dir(demo)
         wait_for(
             "both drafts in flight",
@@ -197,6 +201,9 @@ def test_an_embedded_run_is_cancelled_through_its_own_command(demo: Path, cli: C
         assert "delivered to its workers by the run's own command" in cancelled.stdout
         assert run.wait(30) == 2
         assert time.monotonic() - started < HANG_MS / 1000 / 3
+        said = run.stdout.read() if run.stdout is not None else ""
+    assert said.startswith(f"run {run_dir.name}: exit 2") and said.count("\n") == 1, said
+    assert re.search(r"cancelled \d running step", (run_dir / "workers.log").read_text())
     record = json.loads((run_dir / "run-state.json").read_text())
     assert record["cancel"]["reason"] == "drill"
     stops = {t: record["tickets"][t]["stop"] for t in ("T-1001", "T-1002")}

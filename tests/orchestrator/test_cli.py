@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.broker.redis_server import free_port
 from orchestrator.exit_codes import ExitCode
 from tests.orchestrator.conftest import (
     Cli,
@@ -21,7 +22,17 @@ from tests.orchestrator.conftest import (
     write_scenarios,
 )
 
-COMMANDS = ["init", "run", "resume", "requeue", "status", "worker", "harness", "provider"]
+COMMANDS = [
+    "init",
+    "run",
+    "resume",
+    "requeue",
+    "status",
+    "worker",
+    "harness",
+    "provider",
+    "scenarios",
+]
 
 
 @pytest.mark.parametrize("command", COMMANDS)
@@ -167,13 +178,23 @@ def test_a_bad_setting_is_one_sentence_naming_it_before_anything_is_claimed(
         assert harness.returncode == 78 and variable in harness.stderr
 
 
+def test_an_api_key_a_header_cannot_carry_is_refused_unprinted_before_anything_is_claimed(
+    demo: Path, cli: Cli
+) -> None:
+    """README's crontab placeholder `sk-…` pasted as it is: one sentence naming the variable,
+    never the key, and nothing claimed (it crashed the run, after claiming, in httpx)."""
+    done = cli("run", cwd=demo, env={"LLM_API_KEY": "sk-proj-secret…"})
+    assert done.returncode == 78, done.stdout + done.stderr
+    assert done.stderr.count("\n") == 1 and "LLM_API_KEY" in done.stderr
+    assert "secret" not in done.stderr
+    assert len(list((demo / "inbox").iterdir())) == 6
+
+
 def test_an_endpoint_that_refuses_connections_fails_the_harness_and_stops_a_run_unclaimed(
     demo: Path, cli: Cli
 ) -> None:
     """The endpoint is down: the harness exits 3, and `run` refuses before it claims
     anything (78, a setting to fix); both say on stderr which URL failed."""
-    from orchestrator.broker.redis_server import free_port
-
     url = f"http://127.0.0.1:{free_port()}/v1"
     env = {"LLM_BASE_URL": url, "LLM_MAX_RETRIES": "0"}
     inbox = sorted(p.name for p in (demo / "inbox").iterdir())
@@ -459,3 +480,30 @@ def test_a_command_loads_its_rooms_without_collecting_and_freezes_what_they_buil
     assert seen["on_inside"] is False and seen["collections"] == 0
     assert seen["frozen"] >= 100_000
     assert seen["on_after"] is (before == "on")
+
+
+def test_an_ordinary_mistake_is_one_sentence_without_a_traceback_or_celerys_log(
+    demo: Path, cli: Cli
+) -> None:
+    """The workspace's scripts answer no router (a 400 from the scripted provider), then an
+    endpoint that refuses connections, --quiet: each is one line on stderr, no traceback and
+    no worker log line (those are in the run's workers.log, or on stderr with --log-level)."""
+    scripts = [s for s in demo_scripts() if not s["name"].startswith("router")]
+    write_scenarios(demo / "scenarios" / "demo.yaml", scripts)
+    done = cli("run", cwd=demo)
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert done.stderr.count("\n") == 1, done.stderr
+    assert "no script for the router's request" in done.stderr
+    assert "ticketgraph scenarios init" in done.stderr
+    run_id = state(demo)["run_id"]
+    log = (demo / "runs" / run_id / "workers.log").read_text()
+    assert "Traceback" in log  # kept for whoever looks, not shown to the one who ran it
+    assert cli("requeue", run_id, cwd=demo).returncode == 0
+    env = {"LLM_BASE_URL": f"http://127.0.0.1:{free_port()}/v1", "LLM_MAX_RETRIES": "0"}
+    quiet = cli("run", "--quiet", cwd=demo, env=env)
+    # 3 once claimed; 78 where the endpoint is checked before anything is claimed.
+    assert quiet.returncode in (3, 78), quiet.stdout + quiet.stderr
+    assert (quiet.stdout + quiet.stderr).count("\n") == 1, quiet.stdout + quiet.stderr
+    for said in (done, quiet):
+        assert "Traceback" not in said.stdout + said.stderr
+        assert "/MainProcess]" not in said.stdout + said.stderr

@@ -8,6 +8,7 @@ may fix. The provider's /stats counts what was paid.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -251,3 +252,33 @@ def test_resume_of_a_finished_run_reports_its_verdict_whatever_its_lease_says(
     busy = cli("resume", run_id, cwd=demo)
     assert busy.returncode == 75, busy.stdout + busy.stderr
     assert "being worked on" in busy.stderr
+
+
+def test_the_readme_crontab_runs_as_written_with_the_model_from_its_own_lines(
+    demo: Path, tmp_path: Path
+) -> None:
+    """README's crontab, run as cron runs it: the schedule line by /bin/sh with only the
+    crontab's variables and cron's bare environment. The model it names (here the demo's
+    scripts, served on their own) answers every call of the run; nothing from this shell's
+    environment reaches it."""
+    from tests.orchestrator.test_readme import indented_block
+
+    crontab = indented_block("## From cron")
+    variables = dict(line.split("=", 1) for line in crontab if re.match(r"^[A-Z_]+=", line))
+    assert {"LLM_BASE_URL", "LLM_API_KEY"} <= set(variables), crontab
+    schedule = next(line for line in crontab if line.startswith("*/5 "))
+    command = schedule.split(None, 5)[5]
+    command = command.replace("/srv/tickets", str(demo))
+    command = command.replace(
+        "/srv/ticketgraph/.venv/bin/ticketgraph", f"{sys.executable} -m orchestrator.cli"
+    )
+    with running_provider(demo / "scenarios" / "demo.yaml") as url:
+        variables["LLM_BASE_URL"], variables["LLM_API_KEY"] = url, "sk-test"  # placeholders
+        cron_env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "SHELL": "/bin/sh"}
+        cron_env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])  # this checkout
+        done = subprocess.run(["/bin/sh", "-c", command], env={**cron_env, **variables})
+        assert done.returncode == 0
+        assert _stats(url)["requests"] == REQUESTS_OF_THE_DEMO
+    log = (demo / "cron.log").read_text()
+    assert log.splitlines()[-1] == "exit 1", log
+    assert ticket_rows(state(demo)) == REFERENCE_TICKETS

@@ -3,10 +3,23 @@ and the small things a new user saw are fixed (each through the real CLI)."""
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
-from tests.orchestrator.conftest import REPO, Cli, state
+from tests.orchestrator.conftest import (
+    REFERENCE_NODES,
+    REFERENCE_TICKETS,
+    REPO,
+    Cli,
+    clean_env,
+    drop,
+    state,
+    ticket_rows,
+)
 
 ORCHESTRATOR = REPO / "orchestrator"
 
@@ -44,16 +57,22 @@ def test_resume_prints_only_the_steps_it_ran(demo: Path, cli: Cli) -> None:
 
 
 def test_one_of_a_thing_is_not_a_plural(demo: Path, cli: Cli) -> None:
+    """One ticket (T-1005: one rewrite round) and one file that is not a ticket."""
     inbox = demo / "inbox"
-    for n in range(2, 7):
+    for n in (1, 2, 3, 4, 6):
         (inbox / f"T-100{n}.txt").unlink()
+    drop(inbox, "T-2000.txt", "")  # empty: quarantined
     done = cli("run", cwd=demo)
-    assert done.returncode == 0, done.stderr
-    assert "received 1 ticket: T-1001" in done.stdout
-    assert "1 draft" in done.stdout and "wrote 1 file to out/" in done.stdout
-    assert "; 1 ticket: 1 pass;" in done.stdout
-    for wrong in ("1 tickets", "1 drafts", "1 files"):
-        assert wrong not in done.stdout
+    assert done.returncode == 1, done.stderr  # a quarantined file: someone looks
+    said = done.stdout
+    assert "received 1 ticket: T-1005; 1 file quarantined" in said, said
+    assert "1 draft" in said and "wrote 1 file to out/" in said
+    assert "gate rewrites: 1 round in total" in said
+    assert "out/: 1 reply; need a human: 0 tickets" in said
+    assert "quarantine/: 1 file that is not a ticket" in said
+    assert "; 1 ticket: 1 pass;" in said
+    for wrong in ("1 tickets", "1 drafts", "1 files", "1 rounds", "1 replies"):
+        assert wrong not in said
 
 
 def test_runs_and_status_outside_a_workspace_are_the_same_usage_error(
@@ -95,3 +114,56 @@ def test_help_is_wrapped_to_the_terminal(cli: Cli, tmp_path: Path) -> None:
         done = cli(command, "--help", cwd=tmp_path, env={"COLUMNS": "80"})
         assert done.returncode == 0
         assert max(map(len, done.stdout.splitlines())) <= 80, command
+
+
+def test_a_reader_that_leaves_early_cuts_no_run_short_and_sees_no_error(demo: Path) -> None:
+    """`ticketgraph run | head` and `status --json | head`: stdout's reader gone before the
+    first line. The run still ends with its verdict's exit code, status exits 0, and neither
+    says `Broken pipe`; a run without a budget counts its model calls in `budget` too."""
+    read, write = os.pipe()
+    os.close(read)  # the reader left before anything was written
+    try:
+        command = [sys.executable, "-m", "orchestrator.cli"]
+        ran = subprocess.run(
+            [*command, "run"], cwd=demo, stdout=write, stderr=subprocess.PIPE, env=clean_env()
+        )
+        shown = subprocess.run(
+            [*command, "status", "--json"], cwd=demo, stdout=write, stderr=subprocess.PIPE
+        )
+    finally:
+        os.close(write)
+    assert (ran.returncode, ran.stderr) == (1, b""), ran.stderr
+    assert (shown.returncode, shown.stderr) == (0, b""), shown.stderr
+    record = state(demo)
+    assert ticket_rows(record) == REFERENCE_TICKETS
+    document = json.loads(
+        subprocess.run([*command, "status", "--json"], cwd=demo, capture_output=True).stdout
+    )
+    calls = sum(calls for calls, _tokens, _rounds in REFERENCE_NODES.values())
+    assert document["budget"]["limit_usd"] is None
+    assert document["budget"]["calls"] == calls, document["budget"]
+
+
+def test_the_harness_never_changes_the_demo_files_in_the_callers_folder(
+    cli: Cli, tmp_path: Path
+) -> None:
+    """README's harness lines in one folder: approving `destructive` deletes access.log from
+    the run's own copy of the demo files, so `harness plan` prints README's figures after it
+    as before, and the caller's folder holds only the state file it asked for."""
+    readme = (REPO / "README.md").read_text()
+    shown = readme.split("$ ticketgraph harness plan\n", 1)[1].splitlines()[0].split()
+    for args in (
+        ["plan"],
+        ["destructive", "--state", "run.json"],
+        ["destructive", "--resume", "run.json", "--approve"],
+        ["plan"],
+    ):
+        done = cli("harness", *args, cwd=tmp_path)
+        assert done.returncode in (0, 2), done.stderr
+        if args == ["plan"]:
+            words = done.stdout.splitlines()[0].split()
+            assert [w for w in words if not w.startswith("ms=")] == [
+                w for w in shown if not w.startswith("ms=")
+            ]
+    assert "completed" in done.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.json"]

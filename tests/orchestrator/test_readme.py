@@ -4,6 +4,7 @@ section runs as written."""
 from __future__ import annotations
 
 import contextlib
+import json
 import re
 import shlex
 import subprocess
@@ -15,7 +16,15 @@ from pathlib import Path
 import httpx
 
 from orchestrator.broker.redis_server import RedisServer
-from tests.orchestrator.conftest import REFERENCE_TICKETS, Cli, clean_env, state, ticket_rows
+from tests.orchestrator.conftest import (
+    REFERENCE_TICKETS,
+    Cli,
+    clean_env,
+    drop,
+    settled,
+    state,
+    ticket_rows,
+)
 from tests.orchestrator.test_flower import _free_port, _stop
 
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -153,3 +162,135 @@ def _flower_workers(port: int, login: tuple[str, str], expected: int = 2) -> lis
         time.sleep(0.2)
     assert seen, "Flower never listed the workers"
     return seen
+
+
+OWN_TICKETS = "The step after the demo: your own tickets"
+# A team's own five tickets in four formats, and what it fills in for each.
+TEAM_TICKETS = {
+    "C-1.txt": "Where is my order O-1001? It was supposed to arrive yesterday.",
+    "C-2.md": '# Cannot log in\nI reset my password twice and still get "invalid credentials".',
+    "C-3.json": json.dumps(
+        {
+            "id": "C-3",
+            "subject": "Return",
+            "body": "How do I return order O-1002?",
+            "from": "a@x.io",
+        }
+    ),
+    "C-4.eml": "From: bob@example.com\nSubject: Love the product\nX-Ticket-Id: C-4\n\nThanks!\n",
+    "C-5.txt": "How do I change the e-mail address on my profile?",
+}
+FILLED = {
+    "C-1": ("orders", "your order O-1001 shipped with DHL, tracking number JD014600006812."),
+    "C-2": ("account", "clear the cookies of our site, then sign in with the newest password."),
+    "C-3": ("orders", "order O-1002 has not shipped yet, so we can cancel it; reply to confirm."),
+    "C-4": ("other", "thank you for the kind words, we passed them on to the team!"),
+    "C-5": ("account", "open Settings, then Profile, and change the address there; we confirm it."),
+    "C-6": ("orders", "we have asked the carrier about the parcel and will write here today."),
+}
+
+
+def _fill_in(scenarios: Path) -> None:
+    """What a person does in their editor: each CATEGORY and REPLY of the skeleton filled in."""
+    text = scenarios.read_text()
+    for ticket, (category, reply) in FILLED.items():
+        text = text.replace(f"{ticket}: CATEGORY", f"{ticket}: {category}")
+        text = text.replace(f"Ticket {ticket}: REPLY", f"Ticket {ticket}: {reply}")
+    scenarios.write_text(text)
+
+
+def test_a_teams_own_tickets_run_offline_as_the_readme_says(cli: Cli, tmp_path: Path) -> None:
+    """README's offline path, line by line, with the team's five tickets in four formats; then
+    a sixth ticket the scripts do not know yet: it is unrouted, its reason names the line to
+    add, no draft is claimed for it, and `scenarios init` run again adds it, keeping what the
+    team wrote. No command prints a traceback."""
+    outputs: list[str] = []
+    here = tmp_path
+
+    def tg(*args: str, cwd: Path, code: int = 0) -> subprocess.CompletedProcess[str]:
+        done = cli(*args, cwd=cwd)
+        outputs.append(done.stdout + done.stderr)
+        assert done.returncode == code, done.stdout + done.stderr
+        return done
+
+    for line in indented_block(OWN_TICKETS):
+        command = line.split("  #", 1)[0].strip()
+        if command.startswith("ticketgraph "):
+            tg(*shlex.split(command)[1:], cwd=here)
+        elif command.startswith("cd "):
+            here = here / command[3:]
+        elif command.startswith("cp ~/tickets/* "):
+            for name, text in TEAM_TICKETS.items():
+                drop(here / command.split()[-1], name, text)
+        elif command.startswith("$EDITOR "):
+            _fill_in(here / command.split()[-1])
+        else:
+            raise AssertionError(f"a README line this test does not know: {line!r}")
+    record = state(here)
+    assert {i: (t["category"], t["status"]) for i, t in record["tickets"].items()} == {
+        i: (category, "pass") for i, (category, _reply) in FILLED.items() if i != "C-6"
+    }
+    assert (here / "out" / "C-1.txt").read_text().startswith("Ticket C-1: your order O-1001")
+
+    # A sixth ticket, run from the folder above: unrouted, with the line to add named.
+    drop(here / "inbox", "C-6.txt", "My parcel has not moved for a week.")
+    done = tg("run", "--workspace", here.name, cwd=tmp_path, code=1)
+    assert "[fanout] pool size 4, 0 drafts" in done.stdout, done.stdout
+    c6 = state(here)["tickets"]["C-6"]
+    assert (c6["stop"], c6["status"]) == ("unrouted", "needs_human")
+    assert "scenarios/demo.yaml has no line `C-6: <category>`" in c6["error"], c6["error"]
+    assert "ticketgraph scenarios init" in c6["error"]
+    run_id = state(here)["run_id"]
+    assert f"Trace: {here.name}/runs/{run_id}/run-state.json" in done.stdout, done.stdout
+    assert (tmp_path / here.name / "runs" / run_id / "run.jsonl").is_file()
+
+    # Requeued (twice: the second says where it is), scripted, filled in, run: it passes.
+    assert tg("requeue", run_id, "C-6", cwd=here).stdout == "inbox/C-6.txt\n"
+    again = tg("requeue", run_id, "C-6", cwd=here).stdout
+    assert "C-6.txt is back in inbox/ already" in again and "name taken" not in again
+    added = tg("scenarios", "init", cwd=here).stdout
+    assert "the router's reply names C-6; a script of its own for C-6" in added, added
+    _fill_in(here / "scenarios" / "demo.yaml")
+    settled(here / "inbox" / "C-6.txt")
+    tg("run", cwd=here)
+    assert state(here)["tickets"]["C-6"]["status"] == "pass"
+    assert not [o for o in outputs if "Traceback" in o]
+
+
+APPROVALS = "A ticket whose call waits stops `awaiting_approval`"
+
+
+def test_the_approvals_section_runs_as_written_on_a_fresh_demo(cli: Cli, tmp_path: Path) -> None:
+    """README's approvals block, command by command, on a fresh `init` (its six tickets still
+    in inbox/): the examples' refunds wait, one is approved and runs once on resume, the other
+    is rejected and never runs; the six demo tickets keep their reference verdicts."""
+    made = cli("init", "demo", cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
+    demo = tmp_path / "demo"
+    expected = {"run": 1, "resume": 1}
+    printed: dict[str, str] = {}
+    for line in indented_block(APPROVALS):
+        words = shlex.split(line.split("  #", 1)[0])
+        if words[0] == "cp":
+            assert subprocess.run(words, cwd=demo).returncode == 0
+            settled(*(demo / "inbox" / Path(w).name for w in words[1:-1]))  # typed a moment later
+            continue
+        assert words[0] == "ticketgraph", line
+        run_id = state(demo)["run_id"] if "RUN" in words else ""
+        done = cli(*[run_id if w == "RUN" else w for w in words[1:]], cwd=demo)
+        assert done.returncode == expected.get(words[1], 0), done.stdout + done.stderr
+        assert "Traceback" not in done.stdout + done.stderr
+        printed[words[1]] = done.stdout
+    assert "T-1007" in printed["pending"] and "T-1008" in printed["pending"], printed["pending"]
+    assert "awaiting_approval awaiting_approval" in printed["run"]  # its columns apart
+    rows = ticket_rows(state(demo))
+    assert {i: rows.pop(i)[3:] for i in ("T-1007", "T-1008")} == {
+        "T-1007": ("gate_pass", "pass"),
+        "T-1008": ("gate_pass", "pass"),
+    }
+    assert rows == REFERENCE_TICKETS
+    actions = (demo / "runs" / state(demo)["run_id"] / "actions.jsonl").read_text().splitlines()
+    assert [(a["order_id"], a["amount_cents"]) for a in map(json.loads, actions)] == [
+        ("A-77533", 8900)
+    ]
+    assert "no refund has been made" in (demo / "out" / "T-1008.txt").read_text()

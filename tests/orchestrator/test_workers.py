@@ -372,7 +372,8 @@ def test_a_ticket_of_ones_own_in_the_demo_is_told_no_script_matched(demo: Path, 
     assert done.returncode == 1
     ticket = state(demo)["tickets"]["T-9001"]
     assert (ticket["status"], ticket["stop"]) == ("needs_human", "unrouted")
-    assert "no script of the workspace's scripted provider" in ticket["error"]
+    assert "scenarios/demo.yaml has no line `T-9001: <category>`" in ticket["error"]
+    assert "ticketgraph scenarios init" in ticket["error"]
     assert "LLM_BASE_URL" in ticket["error"] and "T-9001 (unrouted)" in done.stdout
 
 
