@@ -16,6 +16,8 @@ from collections.abc import Callable, Hashable
 
 import redis
 
+from orchestrator.broker import clock
+
 log = logging.getLogger(__name__)
 
 # What a dead holder held is back this long after its last renewal (TICKETGRAPH_LEASE_S,
@@ -63,10 +65,7 @@ class Renewer:
 renewer = Renewer()
 
 # Lua: `now`, Redis's own clock in ms (every machine's leases are measured on one clock).
-NOW_MS = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-"""
+NOW_MS = clock.NOW_MS
 
 # Lua: KEYS[1] a sorted set of lease id -> lease end (ms); ARGV: lease ms, the ids to renew.
 RENEW = (
