@@ -9,6 +9,7 @@ from typing import Any
 
 from celery import Celery
 
+from orchestrator.broker import leases
 from orchestrator.broker.transport import broker_url_problem, connection_args, shown
 from orchestrator.config import environment
 from orchestrator.config.environment import GraphSettings
@@ -94,6 +95,7 @@ def configure(broker_url: str, settings: GraphSettings, llm: HarnessSettings) ->
         LLM_CONF_KEY: llm.model_dump(mode="json"),
     }
     app.conf.update(conf)
+    leases.configure(settings.lease_s)  # this process's holds and slots, and its children's
     # Worker threads look tasks' app up through Celery's current/default app; make it ours.
     app.set_current()
     app.set_default()
