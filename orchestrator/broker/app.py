@@ -10,7 +10,12 @@ from typing import Any
 from celery import Celery
 
 from orchestrator.broker import leases
-from orchestrator.broker.transport import broker_url_problem, connection_args, shown
+from orchestrator.broker.transport import (
+    broker_url_problem,
+    connection_args,
+    shown,
+    tls_options,
+)
 from orchestrator.config import environment
 from orchestrator.config.environment import GraphSettings
 from orchestrator.errors import ConfigError
@@ -58,6 +63,7 @@ def configure(broker_url: str, settings: GraphSettings, llm: HarnessSettings) ->
     conf: dict[str, Any] = {
         "broker_url": url,
         "broker_transport": transport_class,
+        "broker_use_ssl": tls_options(broker_url),
         # Only references cross the broker, and only as JSON.
         "task_serializer": "json",
         "accept_content": ["json"],

@@ -15,15 +15,19 @@ a run taken twice). `QoS` below stamps and sweeps on Redis's `TIME` instead (clo
 
 from __future__ import annotations
 
+import logging
+import ssl
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from kombu.transport import redis as kombu_redis
 from kombu.transport import virtual
 from kombu.utils.json import dumps
-from kombu.utils.url import maybe_sanitize_url
+from kombu.utils.url import maybe_sanitize_url, parse_url
 
 from orchestrator.broker.clock import NOW_S, script
+
+log = logging.getLogger(__name__)
 
 TCP = "orchestrator.broker.transport:Transport"
 SOCKET = "orchestrator.broker.transport:SocketTransport"
@@ -139,8 +143,9 @@ def shown(broker_url: str) -> str:
     return str(maybe_sanitize_url(broker_url))
 
 
-def connection_args(broker_url: str) -> tuple[str, str | None]:
-    """(URL, transport) for Celery: Redis URLs get this transport, `rediss://` stock kombu's.
+def connection_args(broker_url: str) -> tuple[str, str]:
+    """(URL, transport) for Celery: every Redis URL gets this transport, so every worker
+    judges held messages on the broker's clock (`rediss://` too: see `tls_options`).
 
     `redis+socket:///path` and `unix:///path?db=N` become `socket:///path`, the form
     kombu's Redis channel reads when the transport is named explicitly rather than by the
@@ -152,6 +157,20 @@ def connection_args(broker_url: str) -> tuple[str, str | None]:
         parts = urlsplit(broker_url)
         db = parse_qs(parts.query).get("db", ["0"])[0]
         return f"socket://{parts.path}?virtual_host={db}", SOCKET
-    if broker_url.startswith("redis://"):
-        return broker_url, TCP
-    return broker_url, None
+    return broker_url, TCP
+
+
+def tls_options(broker_url: str) -> dict[str, Any] | None:
+    """Celery's `broker_use_ssl` for a `rediss://` URL without `ssl_*` options of its own.
+
+    kombu turns TLS on for such a URL only when the URL's scheme names the transport; with
+    ours named, it would speak plain TCP to a TLS port. So this gives what kombu gives then
+    (no certificate check), with its warning; options in the URL still win, as in kombu.
+    """
+    if not broker_url.startswith("rediss://") or parse_url(broker_url).get("ssl"):
+        return None
+    log.warning(
+        "Secure redis scheme specified (rediss) with no ssl options, defaulting to insecure "
+        "SSL behaviour (add ?ssl_cert_reqs=required&ssl_ca_certs=... to the URL to check)."
+    )
+    return {"ssl_cert_reqs": ssl.CERT_NONE}
