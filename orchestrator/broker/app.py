@@ -9,7 +9,13 @@ from typing import Any
 
 from celery import Celery
 
-from orchestrator.broker.transport import broker_url_problem, connection_args, shown
+from orchestrator.broker import leases
+from orchestrator.broker.transport import (
+    broker_url_problem,
+    connection_args,
+    shown,
+    tls_options,
+)
 from orchestrator.config import environment
 from orchestrator.config.environment import GraphSettings
 from orchestrator.errors import ConfigError
@@ -57,6 +63,7 @@ def configure(broker_url: str, settings: GraphSettings, llm: HarnessSettings) ->
     conf: dict[str, Any] = {
         "broker_url": url,
         "broker_transport": transport_class,
+        "broker_use_ssl": tls_options(broker_url),
         # Only references cross the broker, and only as JSON.
         "task_serializer": "json",
         "accept_content": ["json"],
@@ -94,6 +101,7 @@ def configure(broker_url: str, settings: GraphSettings, llm: HarnessSettings) ->
         LLM_CONF_KEY: llm.model_dump(mode="json"),
     }
     app.conf.update(conf)
+    leases.configure(settings.lease_s)  # this process's holds and slots, and its children's
     # Worker threads look tasks' app up through Celery's current/default app; make it ours.
     app.set_current()
     app.set_default()

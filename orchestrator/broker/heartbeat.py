@@ -8,6 +8,10 @@ timeout. So each worker process beats: every third of the timeout it moves the s
 message it holds (running or waiting for a thread) to now. A live worker's messages never
 expire; a dead worker's stop beating and come back one timeout later.
 
+"Now" is Redis's clock, read in the script that writes the scores, as the delivery stamp and
+the restore sweep read it (transport.py): a worker whose wall clock is off by minutes beats
+as well as any other, and brings back nothing that is still held.
+
 `ZADD XX` only updates members still in the set, so a beat never brings back a message that
 was acknowledged or already restored in the meantime.
 """
@@ -17,17 +21,27 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import time
 from typing import Any
 
 from celery.worker import state as worker_state
 
 from orchestrator.broker.app import HEARTBEAT_CONF_KEY, app
+from orchestrator.broker.clock import NOW_S, script
 from orchestrator.plan import keys
 
 log = logging.getLogger(__name__)
 
 INDEX_KEY = "unacked_index"  # kombu's default `unacked_index_key`
+
+# KEYS: the unacked index; ARGV: the tags this process holds. Returns how many were there.
+_BEAT = (
+    NOW_S
+    + """
+local moved = 0
+for i = 1, #ARGV do moved = moved + redis.call('ZADD', KEYS[1], 'XX', 'CH', now, ARGV[i]) end
+return moved
+"""
+)
 
 _stop = threading.Event()
 _started_in: set[int] = set()  # pids: the consumer is "ready" again after each reconnect
@@ -44,13 +58,12 @@ def held_tags() -> list[str]:
     return tags
 
 
-def beat(r: Any, tags: list[str], now: float | None = None) -> int:
-    """Move `tags` to `now` in the unacked index; return how many were still there."""
+def beat(r: Any, tags: list[str]) -> int:
+    """Move `tags` to Redis's now in the unacked index; return how many were still there."""
     if not tags:
         return 0
-    stamp = time.time() if now is None else now
     index = app.conf.broker_transport_options.get("unacked_index_key", INDEX_KEY)
-    return int(r.zadd(index, dict.fromkeys(tags, stamp), xx=True, ch=True))
+    return int(script(r, _BEAT)(keys=[index], args=tags))
 
 
 def _loop(every_s: float) -> None:

@@ -3,7 +3,9 @@
 A budget hold (run/budget.py) and a slot of an endpoint's cap (broker/ratecap.py) each live
 in Redis under a lease that ends unless its holder renews it: a SIGKILLed worker's money
 and slots come back when their leases end. Every process renews what it holds every
-RENEW_S, in one call per group (a ledger, a cap).
+quarter of the lease, in one call per group (a ledger, a cap). The lease's length is the
+graph's setting TICKETGRAPH_LEASE_S, given to `configure` by the Celery app's configuration
+in every process that may hold one.
 """
 
 from __future__ import annotations
@@ -16,16 +18,18 @@ from collections.abc import Callable, Hashable
 
 import redis
 
+from orchestrator.broker import clock
+
 log = logging.getLogger(__name__)
 
-# What a dead holder held is back this long after its last renewal (TICKETGRAPH_LEASE_S,
-# for tests); every holder renews at a quarter of it.
-LEASE_S = float(os.environ.get("TICKETGRAPH_LEASE_S") or 20.0)
-RENEW_S = LEASE_S / 4
+# What a dead holder held is back this long after its last renewal, unless configured.
+DEFAULT_LEASE_S = 20.0
 
 
 class Renewer:
     """Renews the leases this process holds until they are dropped."""
+
+    lease_s = DEFAULT_LEASE_S  # every holder renews at a quarter of it
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -49,7 +53,7 @@ class Renewer:
 
     def _loop(self) -> None:
         while True:
-            time.sleep(RENEW_S)
+            time.sleep(self.lease_s / 4)
             with self._lock:
                 work = [(renew, list(ids)) for renew, ids in self._held.values() if ids]
                 self._held = {k: v for k, v in self._held.items() if v[1]}
@@ -63,10 +67,7 @@ class Renewer:
 renewer = Renewer()
 
 # Lua: `now`, Redis's own clock in ms (every machine's leases are measured on one clock).
-NOW_MS = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-"""
+NOW_MS = clock.NOW_MS
 
 # Lua: KEYS[1] a sorted set of lease id -> lease end (ms); ARGV: lease ms, the ids to renew.
 RENEW = (
@@ -78,6 +79,11 @@ return 1
 )
 
 
+def configure(lease_s: float) -> None:
+    """How long what a dead holder held outlives its last renewal, in this process."""
+    renewer.lease_s = lease_s
+
+
 def lease_ms() -> int:
-    """LEASE_S in ms, as the scripts take it."""
-    return int(LEASE_S * 1000)
+    """The lease in ms, as the scripts take it."""
+    return int(renewer.lease_s * 1000)

@@ -4,7 +4,7 @@
 (each request counted before it goes as its prompt and longest reply, then corrected to
 what it really used), both keyed by the endpoint's base URL and model, in Redis. A slot in
 flight lives under a lease its process renews (broker/leases.py): a SIGKILLed holder's slot
-is back within LEASE_S. A 429 with Retry-After sets a cool-down on the endpoint that every
+is back within its lease. A 429 with Retry-After sets a cool-down on the endpoint that every
 worker waits out, instead of each retrying into it. Set the same caps on every worker: each
 request is admitted against the caps of the worker that sends it.
 

@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from orchestrator.broker.leases import DEFAULT_LEASE_S
 from orchestrator.broker.transport import broker_url_problem, shown
 from orchestrator.errors import ConfigError
 from workers.settings import SettingsError, load
@@ -47,6 +48,12 @@ class GraphSettings(BaseSettings):
         default=120,
         ge=0,
         description="how long tasks and the waiting CLI retry a broker that went away",
+    )
+    lease_s: float = Field(
+        default=DEFAULT_LEASE_S,
+        ge=1,
+        description="how long a dead worker's budget hold or cap slot outlives it (its "
+        "holder renews every quarter of it)",
     )
     processes: int | None = Field(
         default=None,

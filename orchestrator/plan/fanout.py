@@ -13,10 +13,10 @@ again and re-sends the same messages (at-least-once), which the per-ticket steps
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import redis
 
+from orchestrator.broker.clock import script
 from orchestrator.plan import keys
 
 _START = """
@@ -149,17 +149,9 @@ class Handoff:
     held: bool = False  # the next ticket is held for the delivery `advance` was given
 
 
-def _script(r: redis.Redis, source: str) -> Any:
-    """A Lua script bound to `r`, registered once per client (it runs by its SHA)."""
-    cache: dict[str, Any] = r.__dict__.setdefault("_ticketgraph_scripts", {})
-    if source not in cache:
-        cache[source] = r.register_script(source)
-    return cache[source]
-
-
 def start(r: redis.Redis, fan: FanOut, ticket_ids: list[str], pool_size: int) -> list[str]:
     """Queue the fan-out's tickets and return the first `pool_size` for the caller to send."""
-    first = _script(r, _START)(
+    first = script(r, _START)(
         keys=fan.parts("todo", "done", "total", "handoff", "first", "fired", "sent"),
         args=[pool_size, keys.RUN_TTL_S, *ticket_ids],
     )
@@ -188,7 +180,7 @@ def advance(
     if keep and (not delivery or ttl_s <= 0):
         raise ValueError("a kept ticket is held for a delivery, for a positive ttl_s")
     owner_prefix = keys.owner(fan.run_id, fan.attempt, fan.name, "") if delivery else ""
-    out, held = _script(r, _ADVANCE)(
+    out, held = script(r, _ADVANCE)(
         keys=fan.parts("todo", "done", "total", "handoff", "fired", "sent"),
         args=[
             ticket_id,
@@ -213,7 +205,7 @@ def hold(r: redis.Redis, fan: FanOut, ticket_id: str, delivery: str, ttl_s: int)
     steps aside while the ticket is held.
     """
     key = keys.owner(fan.run_id, fan.attempt, fan.name, ticket_id)
-    return bool(_script(r, _HOLD)(keys=[key], args=[delivery, ttl_s]) == 1)
+    return bool(script(r, _HOLD)(keys=[key], args=[delivery, ttl_s]) == 1)
 
 
 @dataclass(frozen=True)
@@ -227,7 +219,7 @@ class Lost:
 def sweep(r: redis.Redis, fan: FanOut, age_s: float) -> Lost:
     """Tickets (and the barrier) sent `age_s` or more ago that no task ever took."""
     owner_prefix = keys.owner(fan.run_id, fan.attempt, fan.name, "")
-    raw = _script(r, _SWEEP)(
+    raw = script(r, _SWEEP)(
         keys=fan.parts("done", "sent", "fired", "taken"), args=[int(age_s), owner_prefix]
     )
     return Lost(tickets=[t.decode() for t in raw[1:]], barrier=raw[0] == b"1")

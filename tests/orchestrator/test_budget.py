@@ -142,11 +142,13 @@ def test_a_refused_call_says_what_calls_in_flight_held(broker: str, demo: Path) 
 
 HOLDER = """
 import sys, time, redis
-from orchestrator.broker import ratecap
+from orchestrator.broker import leases, ratecap
+from orchestrator.config.environment import settings
 from orchestrator.run import budget
 from workers.meter import WorstCase
 from orchestrator.run.store import RunStore
 from pathlib import Path
+leases.configure(settings().lease_s)  # as a worker's configuration does
 r = redis.Redis.from_url(sys.argv[1])
 store = RunStore(Path(sys.argv[2]))
 budget.RunMeter(r, store, budget.Limits(1.0), "T-1").hold(WorstCase(1, 1, 0.5))
@@ -311,15 +313,18 @@ def test_a_ticket_budget_from_the_toml_stops_only_the_tickets_that_would_pass_it
     assert t1005["review"]["calls"] == 0
 
 
-def test_status_of_a_running_run_reads_the_ledger_live(
+def test_status_of_a_running_run_reads_the_ledger_live_and_holds_live_on_the_set_lease(
     broker: str, demo: Path, tmp_path: Path, cli: Cli
 ) -> None:
+    """`run` and `worker` take TICKETGRAPH_LEASE_S (README's settings): the hold of a call in
+    flight ends 2 s after its last renewal by Redis's clock, not the default 20 s."""
     slow = [
         {**script, "latency_ms": 4000} if script["name"].startswith("T-1002") else script
         for script in demo_scripts()
     ]
+    r = redis.Redis.from_url(broker)
     with running_provider(write_scenarios(tmp_path / "slow.yaml", slow)) as llm:
-        env = _fleet_env(broker, llm)
+        env = _fleet_env(broker, llm, TICKETGRAPH_LEASE_S="2")
         workers = worker_processes(env, tmp_path, ["w1"], processes=1, threads=4)
         with workers, ThreadPoolExecutor(1) as pool:
             run = pool.submit(cli, "run", "--budget", "1", cwd=demo, env=env)
@@ -330,10 +335,21 @@ def test_status_of_a_running_run_reads_the_ledger_live(
                     shown = cli("status", "--json", cwd=demo, env=env)
                     seen = json.loads(shown.stdout)["budget"]
                 time.sleep(0.2)
+            (run_json,) = demo.glob("runs/*/run.json")
+            held = _lease_left_ms(r, run_json.parent.name)
             assert run.result(timeout=120).returncode == 1
     # While T-1002's slow call was in flight, status showed the money held for it.
     assert seen["limit_usd"] == 1 and seen["reserved_usd"] > 0, seen
     assert seen["settled_usd"] + seen["reserved_usd"] + seen["remaining_usd"] == pytest.approx(1)
+    assert held and all(0 < left <= 2000 for left in held), held
+
+
+def _lease_left_ms(r: redis.Redis, run_id: str) -> list[int]:
+    """How long each budget hold of the run has left, in ms by Redis's clock."""
+    seconds, micros = r.time()
+    now_ms = seconds * 1000 + micros // 1000
+    leases = r.zrange(keys.budget(run_id, "leases"), 0, -1, withscores=True)
+    return [int(score) - now_ms for _, score in leases]
 
 
 def test_a_429s_retry_after_holds_back_every_worker_of_the_endpoint(broker: str) -> None:

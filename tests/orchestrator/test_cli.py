@@ -357,6 +357,19 @@ def test_a_misspelt_variable_of_ours_is_refused_with_the_closest_one(cli: Cli, d
     assert worker.returncode == 78 and "TICKETGRAPH_BROKER_OUTAGE_S?" in worker.stderr
 
 
+def test_the_lease_is_a_setting_and_a_lease_too_short_to_renew_is_refused(
+    cli: Cli, demo: Path
+) -> None:
+    """TICKETGRAPH_LEASE_S (README's settings; test_budget.py shows a run and its workers
+    use it) is checked like any other: below a second, each command says so and exits 78."""
+    for command in ("run", "worker"):
+        done = cli(command, cwd=demo, env={"TICKETGRAPH_LEASE_S": "0.5"})
+        assert done.returncode == 78, done.stderr
+        assert "TICKETGRAPH_LEASE_S='0.5'" in done.stderr and "not a setting" not in done.stderr
+        assert done.stderr.count("\n") == 1
+    assert len(list((demo / "inbox").iterdir())) == 6
+
+
 def test_the_environment_wins_over_a_roles_own_table(cli: Cli, demo: Path) -> None:
     """[harness.router] model is the router's; LLM_MODEL, set for every role, wins over it."""
     config = demo / "ticketgraph.toml"

@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import json
 import os
 import signal
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from bench.distributed import MARKER, big_variant
-from orchestrator.broker.redis_server import RedisServer
+from orchestrator.broker.redis_server import RedisServer, free_port
 from orchestrator.workspace import CONFIG_FILE, init_demo
 from tests.orchestrator.conftest import (
     DEMO_SCENARIOS,
@@ -245,3 +249,66 @@ def test_a_stray_celery_broker_url_does_not_send_workers_elsewhere(
     assert "CELERY_BROKER_URL ignored" in done.stderr
     assert "CELERY_BROKER_URL ignored" in (tmp_path / "stray.log").read_text()
     assert ticket_rows(state(demo)) == REFERENCE_TICKETS
+
+
+@contextlib.contextmanager
+def _tls_redis(folder: Path) -> Iterator[str]:
+    """Debian's redis-server (the wheel's has no TLS) on a free port, TLS only, with a
+    certificate from a throwaway CA; yields its `rediss://` URL; stopped by PID."""
+    import redis
+    import trustme
+
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1")
+    cert.private_key_pem.write_to_path(folder / "key.pem")
+    cert.cert_chain_pems[0].write_to_path(folder / "cert.pem")
+    ca.cert_pem.write_to_path(folder / "ca.pem")
+    port = free_port()
+    files = {f"--tls-{part}-file": str(folder / f"{name}.pem") for part, name in _TLS_FILES}
+    cmd = [TLS_REDIS, "--port", "0", "--tls-port", str(port), "--tls-auth-clients", "no"]
+    cmd += [*itertools.chain(*files.items()), "--save", "", "--dir", str(folder)]
+    server = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
+    url = f"rediss://127.0.0.1:{port}/0"
+    try:
+        probe = redis.Redis.from_url(url, ssl_ca_certs=str(folder / "ca.pem"))
+        wait_for("the TLS redis-server", lambda: _answers(probe), 10)
+        yield url
+    finally:
+        server.terminate()
+        server.wait(10)
+
+
+def _answers(client: Any) -> bool:
+    import redis
+
+    try:
+        return bool(client.ping())
+    except redis.ConnectionError:
+        return False
+
+
+TLS_REDIS = "/usr/bin/redis-server"
+_TLS_FILES = (("cert", "cert"), ("key", "key"), ("ca-cert", "ca"))
+
+
+@pytest.mark.skipif(not Path(TLS_REDIS).exists(), reason="no system redis-server with TLS")
+def test_a_tls_broker_gets_the_transport_that_judges_on_the_brokers_clock(
+    tmp_path: Path, demo: Path, cli: Cli
+) -> None:
+    """`rediss://` went to stock kombu, whose delivery stamps and restore sweep read the
+    worker's clock; now it gets ticketgraph's transport too, over TLS as kombu would: the
+    URL's certificate options are used (here with the run's own redis-py clients, which read
+    the same URL), and without options kombu's default, no check, with its warning."""
+    with _tls_redis(tmp_path) as url, running_provider(DEMO_SCENARIOS) as llm_url:
+        checked = f"{url}?ssl_cert_reqs=required&ssl_ca_certs={tmp_path / 'ca.pem'}"
+        env = {"TICKETGRAPH_BROKER_URL": checked, "LLM_BASE_URL": llm_url}
+        with worker_processes(env, tmp_path, ["checked"]):
+            done = cli("run", cwd=demo, env=env)
+        with worker_processes({**env, "TICKETGRAPH_BROKER_URL": url}, tmp_path, ["plain"]):
+            pass  # ready: its consumer connected over TLS
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert ticket_rows(state(demo)) == REFERENCE_TICKETS
+    for name in ("checked", "plain"):
+        log = (tmp_path / f"{name}.log").read_text()
+        assert "Connected to orchestrator.broker.transport:Transport://" in log, log[-2000:]
+        assert ("insecure SSL" in log) is (name == "plain")
