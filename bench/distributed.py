@@ -151,6 +151,15 @@ def big_variant(scripts: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return big
 
 
+def use_big_model(root: Path) -> None:
+    """Point a demo workspace at model `big` (big_variant's scripts)."""
+    config = root / CONFIG_FILE
+    # A reply is cut at max_tokens (the scripted provider's as a real one's): the 100 KB
+    # draft, about 25,000 tokens, needs a cap that holds it.
+    text = config.read_text().replace('model = "demo"', 'model = "big"')
+    config.write_text(text.replace("max_tokens = 1024", f"max_tokens = {BIG_MAX_TOKENS}", 1))
+
+
 def run_broker_bytes(ctx: Context, section: Section) -> None:
     """The demo as it is and with a 100 KB draft, each under a Redis MONITOR."""
     section.title = "broker bytes per task message, demo with 1 KB and 100 KB drafts"
@@ -179,11 +188,7 @@ def _monitored(ctx: Context, port: int, env: dict[str, str], big: bool) -> dict[
     root = ctx.folder("e-big" if big else "e-small")
     init_demo(root)
     if big:
-        config = root / CONFIG_FILE
-        # A reply is cut at max_tokens (the scripted provider's as a real one's): the 100 KB
-        # draft, about 25,000 tokens, needs a cap that holds it.
-        text = config.read_text().replace('model = "demo"', 'model = "big"')
-        config.write_text(text.replace("max_tokens = 1024", f"max_tokens = {BIG_MAX_TOKENS}", 1))
+        use_big_model(root)
     with Monitor(port) as monitor:
         run = run_ticketgraph(root, root / "logs", ctx.timeout_s(), env)
     run.check(None, None, 6)

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from bench.distributed import MARKER, big_variant
+from bench.distributed import MARKER, big_variant, use_big_model
 from orchestrator.broker.redis_server import RedisServer, free_port
-from orchestrator.workspace import CONFIG_FILE, init_demo
+from orchestrator.workspace import init_demo
 from tests.orchestrator.conftest import (
     DEMO_SCENARIOS,
     REFERENCE_NODES,
@@ -109,8 +109,7 @@ def test_only_references_cross_the_broker(
     small, big = tmp_path / "small", tmp_path / "big"
     for root in (small, big):
         init_demo(root)
-    config = big / CONFIG_FILE
-    config.write_text(config.read_text().replace('model = "demo"', 'model = "big"'))
+    use_big_model(big)
 
     normal = _run_monitored(cluster, small, cli)
     heavy = _run_monitored(cluster, big, cli)
