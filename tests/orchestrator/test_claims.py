@@ -145,9 +145,9 @@ def test_a_full_disk_while_claiming_leaves_a_run_every_command_knows_and_resume_
     init_demo(demo)
     scripts = demo_scripts()
     router = next(s for s in scripts if s["name"] == "router")
-    router["replies"][0]["text"] += "\nT-1007: other"  # the big one gets the template
+    router["replies"][0]["text"] += "\nT-1099: other"  # the big one gets the template
     write_scenarios(demo / "scenarios" / "demo.yaml", scripts)
-    drop(demo / "inbox", "T-1007.txt", "Our export log, as asked: " + "0123456789abcde " * 3750)
+    drop(demo / "inbox", "T-1099.txt", "Our export log, as asked: " + "0123456789abcde " * 3750)
     inbox = _names(demo / "inbox")
 
     disk.fill(0, "/runs/")
@@ -156,7 +156,7 @@ def test_a_full_disk_while_claiming_leaves_a_run_every_command_knows_and_resume_
     assert "No space left on device" in nothing.stderr and "nothing was claimed" in nothing.stderr
     assert _names(demo / "inbox") == inbox and _run_ids(demo) == []
 
-    disk.fill(64, "/tickets/.T-1007.txt.")  # injected: the temp file of its text
+    disk.fill(64, "/tickets/.T-1099.txt.")  # injected: the temp file of its text
     crashed = disk.cli("run", cwd=demo)
     assert crashed.returncode == ExitCode.CRASHED, _outputs(crashed)
     (run_id,) = _run_ids(demo)
@@ -182,7 +182,7 @@ def test_a_full_disk_while_claiming_leaves_a_run_every_command_knows_and_resume_
     assert resumed.returncode == ExitCode.NEEDS_HUMAN, _outputs(resumed)
     assert "inbox/ received 7 tickets" in resumed.stdout
     rows = ticket_rows(state(demo))
-    assert rows.pop("T-1007") == ("other", "template", 0, "gate_pass", "pass")
+    assert rows.pop("T-1099") == ("other", "template", 0, "gate_pass", "pass")
     assert rows == REFERENCE_TICKETS
     after = disk.cli("run", cwd=demo)
     assert after.returncode == 0 and "nothing to claim" in after.stdout, _outputs(after)
