@@ -1,7 +1,8 @@
 """Where a run ends. Every terminal transition of a run — its verdict, a stop (asked for, a
-signal, a timeout, a broker that lost its data), a crash — goes through `end`: run.json's
-status, exit code and error, then its totals (run/totals.py), one trace event, and
-run-state.json materialised from the records, in that order."""
+signal, a timeout, a broker that lost its data), a crash — goes through `end`: one trace
+event, run.json's status, exit code and error, then its totals (run/totals.py), and
+run-state.json materialised from the records, in that order. The event comes first: whoever
+sees the run ended in run.json (a CLI that then stops its embedded workers) finds it traced."""
 
 from __future__ import annotations
 
@@ -32,18 +33,22 @@ def end(
         meta.end(status, exit_code, error)
         return True
 
-    if (ended := _end(store, ends)) is not None:
+    def trace() -> None:
+        if event is not None:
+            store.tracer(node="run").emit(event, **({"error": error} if error else {}))
+
+    if (ended := _end(store, ends, trace)) is not None:
         return ended
-    if event is not None:
-        store.tracer(node="run").emit(event, **({"error": error} if error else {}))
     store.materialise()
     return exit_code
 
 
-def _end(store: RunStore, ends: Callable[[RunMeta], bool]) -> int | None:
+def _end(
+    store: RunStore, ends: Callable[[RunMeta], bool], trace: Callable[[], None]
+) -> int | None:
     """Under the run's lock: let `ends` end the run in its run.json (False: it had ended
-    already, and its own exit code is returned), write the end, then count its totals and
-    write them; None once done.
+    already, and its own exit code is returned), `trace` the end, write it, then count its
+    totals and write them; None once done.
 
     The end is written before the count: a step that saves a record after the count began
     finds the run ended, and counts again (totals.recount)."""
@@ -51,6 +56,11 @@ def _end(store: RunStore, ends: Callable[[RunMeta], bool]) -> int | None:
         meta = store.meta()
         if not ends(meta):
             return ExitCode.CRASHED if meta.exit_code is None else meta.exit_code
+        untraced: OSError | None = None
+        try:
+            trace()
+        except OSError as exc:  # run.json still records the end; the caller hears of it
+            untraced = exc
         meta.totals = None
         store.write_meta(meta)
         try:
@@ -58,6 +68,8 @@ def _end(store: RunStore, ends: Callable[[RunMeta], bool]) -> int | None:
             store.write_meta(meta, touch=False)
         except (OSError, RunStateError):  # the end is written: readers count for themselves
             pass
+    if untraced is not None:
+        raise untraced
     return None
 
 
@@ -85,9 +97,11 @@ def cancelled(store: RunStore, cancel: Cancel, event: str) -> int:
         meta.end(RunPhase.STOPPED, ExitCode.STOPPED, cancel.why)
         return True
 
-    if (ended := _end(store, ends)) is not None:
+    def trace() -> None:
+        store.tracer(node="run").emit(event, error=cancel.why, by=cancel.by, reason=cancel.reason)
+
+    if (ended := _end(store, ends, trace)) is not None:
         return ended
-    store.tracer(node="run").emit(event, error=cancel.why, by=cancel.by, reason=cancel.reason)
     store.materialise()
     return ExitCode.STOPPED
 

@@ -91,8 +91,11 @@ class _Monitor:
         self.client.close()
 
     def pushes(self) -> list[str]:
-        """LPUSH commands: the task messages kombu put on queues."""
-        return [c for c in self.commands if c.startswith("LPUSH")]
+        """LPUSH commands: the task messages kombu put on queues (not the workers' replies to
+        a control ping, whose number depends on how many answered in time)."""
+        return [
+            c for c in self.commands if c.startswith("LPUSH") and ".reply.celery.pidbox" not in c
+        ]
 
 
 def _run_monitored(cluster: dict[str, str], workspace: Path, cli: Cli) -> _Monitor:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import multiprocessing
 import random
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -178,20 +179,29 @@ def test_a_process_client_serves_as_many_threads_as_call_at_once(server: RedisSe
     has 256): every one gets a connection of the process's one client; none is refused."""
     client = keys.client(server.url)
     assert client is keys.client(server.url)  # one per broker URL in a process
-    start = threading.Barrier(150)
     failed: list[BaseException] = []
+    got: list[object] = []
 
     def wait_on_the_broker() -> None:
-        start.wait()
         try:
-            client.blpop(["tg:test:nothing"], timeout=0.5)
+            got.append(client.blpop(["tg:test:release"], timeout=60))
         except BaseException as exc:  # collected for the assertion
             failed.append(exc)
 
     threads = [threading.Thread(target=wait_on_the_broker) for _ in range(150)]
     for thread in threads:
         thread.start()
+    # All 150 are blocked in Redis at once before any is let go: Redis counts them.
+    watcher = server.client()
+    deadline = time.monotonic() + 30
+    blocked = 0
+    while blocked < 150 and time.monotonic() < deadline and not failed:
+        blocked = int(watcher.info("clients")["blocked_clients"])
+        time.sleep(0.05)
+    watcher.rpush("tg:test:release", *range(150))
     for thread in threads:
-        thread.join(10)
+        thread.join(30)
+    watcher.close()
     assert failed == []
-    assert int(client.info("clients")["connected_clients"]) >= 150
+    assert blocked == 150
+    assert len(got) == 150 and None not in got
