@@ -147,11 +147,11 @@ def test_a_reader_that_leaves_early_cuts_no_run_short_and_sees_no_error(demo: Pa
 def test_the_harness_never_changes_the_demo_files_in_the_callers_folder(
     cli: Cli, tmp_path: Path
 ) -> None:
-    """README's harness lines in one folder: approving `destructive` deletes access.log from
-    the run's own copy of the demo files, so `harness plan` prints README's figures after it
+    """docs/harness.md's lines in one folder: approving `destructive` deletes access.log from
+    the run's own copy of the demo files, so `harness plan` prints the page's figures after it
     as before, and the caller's folder holds only the state file it asked for."""
-    readme = (REPO / "README.md").read_text()
-    shown = readme.split("$ ticketgraph harness plan\n", 1)[1].splitlines()[0].split()
+    page = (REPO / "docs" / "harness.md").read_text()
+    shown = page.split("$ ticketgraph harness plan\n", 1)[1].splitlines()[0].split()
     for args in (
         ["plan"],
         ["destructive", "--state", "run.json"],

@@ -1,5 +1,5 @@
-"""README.md stays true: its sample output is what a real run prints, and its many-machines
-section runs as written."""
+"""README.md and the docs/ pages it links to stay true: README's sample output is what a real
+run prints, and the many-machines, offline and approvals sections run as written."""
 
 from __future__ import annotations
 
@@ -28,15 +28,22 @@ from tests.orchestrator.conftest import (
 from tests.orchestrator.test_flower import _free_port, _stop
 
 README = Path(__file__).resolve().parents[2] / "README.md"
+# README is the front page; the sections it links to are pages of docs/. A block is looked up
+# in all of them, and its opening line must be in exactly one.
+DOCUMENTS = [README, *sorted((README.parent / "docs").glob("*.md"))]
 SAMPLE_COMMAND = "    $ ticketgraph run      # output of a real run"
 MANY_MACHINES = "spread the work, start to finish with the demo"
 TICKETGRAPH = [sys.executable, "-m", "orchestrator.cli"]
 
 
 def indented_block(after: str) -> list[str]:
-    """The README's indented code lines after the line starting with `after` (blank lines
-    inside the block kept), without their indent."""
-    lines = README.read_text(encoding="utf-8").splitlines()
+    """The indented code lines after the line starting with `after` (blank lines inside the
+    block kept), without their indent, from the one document (README.md or a docs/ page)
+    that has that line."""
+    texts = {doc: doc.read_text(encoding="utf-8").splitlines() for doc in DOCUMENTS}
+    holders = [doc for doc, text in texts.items() if any(x.startswith(after) for x in text)]
+    assert len(holders) == 1, f"{after!r} opens a block in {holders}, not in one document"
+    lines = texts[holders[0]]
     start = next(i for i, line in enumerate(lines) if line.startswith(after)) + 1
     while not lines[start].startswith("    "):  # the rest of the paragraph, a blank line
         start += 1
