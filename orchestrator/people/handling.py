@@ -65,6 +65,7 @@ def handle(
         "handled", verdict=verdict, by=by, reason=reason or None, out_file=out
     )
     verdicts.label(workspace, store, record, made, draft, final)
+    _report_again(store)
     return Handled(made, changed=final is not None and final != draft)
 
 
@@ -96,3 +97,15 @@ def _not_handleable(store: RunStore, ticket_id: str, status: TicketStatus) -> st
         f"{ticket_id} of run {store.run_id} is still {status.value}: only a ticket that "
         "needs a human can be handled (ticketgraph queue)"
     )
+
+
+def _report_again(store: RunStore) -> None:
+    """Write an ended run's report again, the handled ticket listed apart from those that
+    still need a person (a run still going writes its own at its end)."""
+    from orchestrator.steps import report
+
+    if not store.report_path.exists():
+        return
+    handled = verdicts.all_of(store, HANDLED)
+    text, _ = report.rendered(store.read(), handled=handled)
+    store.write(store.report_path, text)
