@@ -78,16 +78,23 @@ def decide(
     )
 
 
-def requeue(workspace: Path, run_id: str, tickets: list[str], by: str | None) -> str:
+def requeue(
+    workspace: Path, run_id: str, tickets: list[str], by: str | None, force: bool = False
+) -> str:
     """Put the run's claimed files (all, or those of `tickets`) back into inbox/, recorded in
     the run's trace with who did it; what moved and what stayed. `RunBusy` while the run is
-    being worked on."""
+    being worked on; `UsageError` naming what would run again (a write its tools made, a
+    call that waits for a decision) unless `force`."""
+    from orchestrator.errors import UsageError
     from orchestrator.intake import claims, journal
+    from orchestrator.people import effects
     from orchestrator.run import lease
     from orchestrator.workspace import Workspace
 
     store = find(workspace, run_id)
     lease.wait_free(store, wait=False)
+    if not force and (again := effects.would_run_again(store, tickets or store.ticket_ids())):
+        raise UsageError(effects.refusal(run_id, again))
     names = claims.names_of(store, tickets)
     done = claims.requeue(Workspace(workspace), store, names)
     journal.requeued(store)  # a claim that never finished, emptied: no longer stranded

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
-from orchestrator.cli import flower, web
+from orchestrator.cli import flower, people, web
 from orchestrator.cli.options import RunOptions, broker_option, run_options, workspace_option
 from orchestrator.errors import ConfigError, GraphError, RunBusy, UsageError
 from orchestrator.exit_codes import ExitCode
@@ -533,19 +533,27 @@ def resume(run_id: str, opts: RunOptions, retry_failed: str, wait: bool) -> int:
 @click.argument("run_id")
 @click.argument("tickets", nargs=-1, metavar="[TICKET]...")
 @workspace_option
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Put back also a ticket whose write tools ran or that waits for a decision (a new "
+    "run would do those again).",
+)
 @reports_errors("requeue")
-def requeue(run_id: str, tickets: tuple[str, ...], workspace: Path) -> int:
+def requeue(run_id: str, tickets: tuple[str, ...], workspace: Path, force: bool) -> int:
     """Put a run's ticket files back into inbox/.
 
     Move the files run RUN_ID claimed (all, or those of the named tickets) from
     runs/RUN_ID/claimed/ back into inbox/, where the next run claims them again. A file whose
     name is taken in inbox/ is left where it is. Refuses (exit 75) while the run is still
     being worked on. A run whose claim a crash cut short no longer stops later runs once
-    all its files are back.
+    all its files are back. A ticket whose write tools ran (actions.jsonl), or that waits for
+    a decision, is put back only with --force: without it the command names what would run
+    again and exits 64, moving nothing.
     """
     from orchestrator.cli import decisions
 
-    print(decisions.requeue(workspace, run_id, list(tickets), None), end="")
+    print(decisions.requeue(workspace, run_id, list(tickets), None, force), end="")
     return ExitCode.ALL_PASS
 
 
@@ -569,14 +577,15 @@ def show_status(run_id: str | None, workspace: Path, as_json: bool) -> int:
     from orchestrator.run import budget
     from orchestrator.run.records import RunPhase
 
-    record = status.find(workspace, run_id).read()
+    found = status.find(workspace, run_id)
+    record, handled = found.read(), status.handled_of(found)
     if record.status is RunPhase.RUNNING and budget.limits(record.config).any:
         broker_url = os.environ.get("TICKETGRAPH_BROKER_URL")  # a live ledger is there
         record.budget = budget.read_live(broker_url, record.run_id) or record.budget
     if as_json:
-        print(json.dumps(status.document(record), indent=2))
+        print(json.dumps(status.document(record, handled=handled), indent=2))
     else:
-        print(status.text(record), end="")
+        print(status.text(record, handled), end="")
     return ExitCode.ALL_PASS
 
 
@@ -842,6 +851,7 @@ def _add_provider() -> None:
 
 cli.add_command(flower.command, "flower")
 cli.add_command(web.command, "web")
+people.register(cli)
 _add_provider()
 for _command in cli.commands.values():
     _command.context_class = _Context

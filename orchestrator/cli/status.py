@@ -13,6 +13,8 @@ from pydantic import BaseModel, ConfigDict
 
 from orchestrator.errors import GraphError, UsageError
 from orchestrator.exit_codes import ExitCode
+from orchestrator.people import verdicts
+from orchestrator.people.verdicts import PersonVerdict
 from orchestrator.run import store
 from orchestrator.run.records import (
     FAILED_STOPS,
@@ -56,6 +58,8 @@ class RunDocument(BaseModel):
     # Tool calls that wait for a person's decision (ticketgraph approve / reject).
     awaiting_approval: list[WaitingRow] = []
     cancel: Cancel | None = None  # who cancelled the run and why (ticketgraph cancel)
+    # needs_human tickets a person handled since (ticketgraph handle): sent, edited, closed.
+    handled: list[PersonVerdict] = []
     # What the run may spend and has spent ([run] budget_usd, --budget; run/budget.py).
     budget: BudgetTotals | None = None
     record: RunRecord | None  # run-state.json: config, every node and every ticket
@@ -72,7 +76,8 @@ class RunRow(BaseModel):
     verdict: Verdict
     exit_code: int | None
     tickets: int
-    need_a_human: int
+    need_a_human: int  # needs_human tickets nobody handled yet
+    handled: int = 0  # needs_human tickets a person handled (ticketgraph handle)
     awaiting_approval: int = 0
     cancelled: bool = False
     budget_usd: float | None = None  # what the run may spend (None: no limit)
@@ -129,10 +134,20 @@ def _moment(stamp: str) -> datetime:
     return datetime.fromisoformat(stamp.replace("Z", "+00:00"))
 
 
-def document(record: RunRecord, exit_code: int | None = None) -> dict[str, Any]:
+def handled_of(found: RunStore) -> dict[str, PersonVerdict]:
+    """The run's tickets a person handled, by ticket (runs/<run>/handled/)."""
+    return verdicts.all_of(found, verdicts.HANDLED)
+
+
+def document(
+    record: RunRecord,
+    exit_code: int | None = None,
+    handled: dict[str, PersonVerdict] | None = None,
+) -> dict[str, Any]:
     """The machine-readable run: schema_version, verdict, exit code, cost, and the whole
     record (nodes and tickets, as in run-state.json). `exit_code`: the command's, when it
-    differs from the run's (a wait that ended before the verdict)."""
+    differs from the run's (a wait that ended before the verdict); `handled`: the tickets a
+    person handled (`handled_of`)."""
     report_file = Path("runs") / record.run_id / REPORT_FILE
     doc = RunDocument(
         schema_version=SCHEMA_VERSION,
@@ -147,6 +162,7 @@ def document(record: RunRecord, exit_code: int | None = None) -> dict[str, Any]:
         report=str(report_file) if record.status is RunPhase.DONE else None,
         awaiting_approval=waiting(record),
         cancel=record.cancel,
+        handled=list((handled or {}).values()),
         budget=report.budget(record),
         record=record,
     )
@@ -195,7 +211,9 @@ def recent(workspace: Path, limit: int) -> list[RunRow]:
     rows = []
     for run_id in ids[:limit]:
         try:
-            record = store.find(workspace, run_id).read()
+            found = store.find(workspace, run_id)
+            record = found.read()
+            handled = verdicts.tickets_with(found, verdicts.HANDLED)
         except (GraphError, ValueError, OSError):
             rows.append(
                 RunRow(
@@ -220,8 +238,10 @@ def recent(workspace: Path, limit: int) -> list[RunRow]:
                 exit_code=record.exit_code,
                 tickets=len(record.tickets),
                 need_a_human=sum(
-                    t.status is TicketStatus.NEEDS_HUMAN for t in record.tickets.values()
+                    t.status is TicketStatus.NEEDS_HUMAN and i not in handled
+                    for i, t in record.tickets.items()
                 ),
+                handled=len(handled),
                 awaiting_approval=len(waiting(record)),
                 cancelled=record.cancel is not None,
                 budget_usd=record.config.run_budget_usd,
@@ -237,7 +257,7 @@ def runs_table(rows: list[RunRow]) -> str:
     """`ticketgraph runs` for a person: one run per line, newest first."""
     lines = [
         f"{'Run':<26}{'Started':<22}{'Verdict':<13}{'Exit':<6}{'Tickets':<9}"
-        f"{'Human':<7}{'Waiting':<9}{'Cost':<19}Duration"
+        f"{'Human':<7}{'Handled':<9}{'Waiting':<9}{'Cost':<19}Duration"
     ]
     for row in rows:
         code = "-" if row.exit_code is None else str(row.exit_code)
@@ -245,7 +265,7 @@ def runs_table(rows: list[RunRow]) -> str:
         shown = "cancelled" if row.cancelled else row.verdict
         lines.append(
             f"{row.run_id:<26}{row.started_at[:19]:<22}{shown:<13}{code:<6}"
-            f"{row.tickets:<9}{row.need_a_human:<7}{row.awaiting_approval:<9}"
+            f"{row.tickets:<9}{row.need_a_human:<7}{row.handled:<9}{row.awaiting_approval:<9}"
             f"{_spent(row):<19}{took}"
         )
     return "\n".join(lines) + "\n"
@@ -256,8 +276,10 @@ def _spent(row: RunRow) -> str:
     return spent if row.budget_usd is None else f"{spent} of ${row.budget_usd:.2f}"
 
 
-def text(record: RunRecord) -> str:
-    """The status for a person: where the run is, what it cost, who needs a human and why."""
+def text(record: RunRecord, handled: dict[str, PersonVerdict] | None = None) -> str:
+    """The status for a person: where the run is, what it cost, who needs a human and why,
+    and apart from them, the tickets a person handled (`handled`)."""
+    handled = handled or {}
     by_status = Counter(t.status.value for t in record.tickets.values())
     counts = ", ".join(f"{n} {s}" for s, n in sorted(by_status.items()))
     code = "" if record.exit_code is None else f", exit {record.exit_code}"
@@ -266,12 +288,17 @@ def text(record: RunRecord) -> str:
     lines += report.node_table(record)
     if (line := report.budget_line(report.budget(record))) is not None:
         lines.append(line)
-    human = [(i, t) for i, t in record.tickets.items() if t.status is TicketStatus.NEEDS_HUMAN]
+    human = [
+        (i, t)
+        for i, t in record.tickets.items()
+        if t.status is TicketStatus.NEEDS_HUMAN and i not in handled
+    ]
     if human:
         lines.append(f"need a human: {len(human)}")
         for ticket_id, t in human:
             why = t.error if t.stop in FAILED_STOPS or t.error else (t.summary or t.one_line)
             lines.append(f"  - {ticket_id} ({t.stop}): {why}")
+    lines += report.handled_lines(handled)
     calls = waiting(record)
     if calls:
         lines.append(f"waiting for a decision: {len(calls)}")

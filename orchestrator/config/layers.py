@@ -127,6 +127,7 @@ def run_config(
         },
         checks=config.gate.checks,
         approval_expire_h=config.approvals.expire_h,
+        audit_share=config.review.audit_share,
         stop_after=graph.stop_after,
         route_chars=config.inbox.route_chars,
         scripted=not llm.base_url,

@@ -195,6 +195,14 @@ class ApprovalsConfig(_Table):
     )
 
 
+class ReviewConfig(_Table):
+    """What a person sees of the replies the gate passed (`[review]`)."""
+
+    # A deterministic sample of this share of the passes enters the queue as "audit"
+    # (orchestrator/people/audit.py); nothing waits on it.
+    audit_share: float = Field(default=0.0, ge=0, le=1, description="of the passes, audited")
+
+
 class EvaluatorConfig(_Table):
     """An optional model-based check after the deterministic gate (`[evaluator]`, off by
     default): it sees drafts the gate passed and answers PASS or FAIL: <why>, strictly."""
@@ -219,6 +227,7 @@ class WorkspaceConfig(BaseModel):
     workers: dict[str, WorkerConfig] = {}
     templates: dict[str, TemplateConfig] = {}
     approvals: ApprovalsConfig = ApprovalsConfig()
+    review: ReviewConfig = ReviewConfig()
     evaluator: EvaluatorConfig = EvaluatorConfig()
     # USD per million tokens, by model; LLM_PRICES (the same shape, as JSON) overrides it.
     prices: PriceTable = PriceTable()

@@ -263,6 +263,7 @@ class RunConfig(BaseModel):
     templates: dict[str, str] = {}
     checks: list[str] = []  # the team's own gate checks, by import path
     approval_expire_h: float = 72  # a call undecided this long ends needs_human
+    audit_share: float = 0.0  # of the passes, sampled for a person to audit (people/audit.py)
     # A hash of the workers, templates and checks and of the modules they come from: a
     # worker process whose own differs refuses the run's tasks (steps/declarations.py).
     fingerprint: str = ""

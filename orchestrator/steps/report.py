@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from orchestrator.exit_codes import ExitCode
@@ -179,9 +179,14 @@ def render(record: RunRecord, tickets: Iterable[tuple[str, TicketRecord]] | None
 
 
 def rendered(
-    record: RunRecord, tickets: Iterable[tuple[str, TicketRecord]] | None = None
+    record: RunRecord,
+    tickets: Iterable[tuple[str, TicketRecord]] | None = None,
+    handled: Mapping[str, Any] | None = None,
 ) -> tuple[str, int]:
-    """The report (`render`) and how many tickets need a human, from one pass."""
+    """The report (`render`) and how many tickets need a human, from one pass; a ticket a
+    person handled since (`handled`: ticket -> its record, people/verdicts.py) is listed
+    apart and still counted (the run's verdict does not change after it)."""
+    handled = handled or {}
     rows: list[list[str]] = [TICKET_COLUMNS]
     needs_human: list[tuple[str, TicketRecord]] = []
     clamped: list[tuple[str, str | None]] = []
@@ -198,8 +203,13 @@ def rendered(
         lines.append(line)
     lines += ["", TICKET_TITLE, *table(rows, _TICKET_WIDTHS), ""]
     replies, humans = counted(published, "reply", "replies"), counted(len(needs_human), "ticket")
-    lines.append(f"out/: {replies}; need a human: {humans}")
+    done = sum(ticket_id in handled for ticket_id, _ in needs_human)
+    lines.append(
+        f"out/: {replies}; need a human: {humans}" + (f" ({done} handled)" if done else "")
+    )
     for ticket_id, t in needs_human:
+        if ticket_id in handled:
+            continue
         if t.waiting is not None:
             lines += waiting_lines(record.run_id, ticket_id, t.waiting)
             continue
@@ -207,6 +217,7 @@ def rendered(
         lines.append(f"  - {ticket_id} ({t.stop or t.status.value}): {detail or t.one_line}")
         if t.gate_reports:
             lines.append(f"      gate: {t.gate_reports[-1]}")
+    lines += handled_lines(handled)
     lines += _clamped_lines(clamped)
     if record.rejected:
         files = counted(
@@ -216,6 +227,17 @@ def rendered(
         lines += [f"  - {r.file}: {r.reason}" for r in record.rejected]
     lines.append(trace_line(record.run_id))
     return "\n".join(lines) + "\n", len(needs_human)
+
+
+def handled_lines(handled: Mapping[str, Any]) -> list[str]:
+    """The tickets a person handled: what they did, who, when and why."""
+    if not handled:
+        return []
+    lines = [f"handled by a person: {len(handled)}"]
+    for ticket_id, made in sorted(handled.items()):
+        why = f": {made.reason}" if made.reason else ""
+        lines.append(f"  - {ticket_id}: {made.verdict} by {made.by} at {made.at}{why}")
+    return lines
 
 
 def _clamped_lines(clamped: list[tuple[str, str | None]]) -> list[str]:
@@ -263,7 +285,11 @@ def report(ctx: Context) -> int:
     if ctx.redis is not None:
         budget_ledger.snapshot(ctx.redis, ctx.store)
     # Each record is read as its line is rendered, not all of them first.
-    text, needs_human = rendered(ctx.store.read({}), ctx.store.shown())
+    # Tickets a person handled before a resume (people/verdicts.py) stay listed apart.
+    from orchestrator.people import verdicts
+
+    handled = verdicts.all_of(ctx.store, verdicts.HANDLED)
+    text, needs_human = rendered(ctx.store.read({}), ctx.store.shown(), handled)
     code = ExitCode.NEEDS_HUMAN if needs_human or meta.rejected else ExitCode.ALL_PASS
     ctx.store.write(ctx.store.report_path, text)
     ctx.close_node()
