@@ -54,7 +54,9 @@ def _labels(demo: Path) -> list[dict[str, Any]]:
 
 def _audit_share(demo: Path, share: float) -> None:
     config = demo / CONFIG_FILE
-    config.write_text(config.read_text() + f"\n[review]\naudit_share = {share}\n")
+    text = config.read_text()
+    assert text.count("audit_share = 0.0") == 1  # the demo's own [review] table
+    config.write_text(text.replace("audit_share = 0.0", f"audit_share = {share}"))
 
 
 def _stamp(text: str) -> datetime:
