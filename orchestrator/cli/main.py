@@ -327,6 +327,7 @@ def run(opts: RunOptions, pool_size: int | None, stop_after: str | None) -> int:
     settings = _checked_settings(
         opts.broker, opts.timeout, pool_size, stop_after, opts.budget, opts.log_level
     )
+    settings = opts.cassettes(settings)
     submission.require_workers(settings, opts.wait_for_workers)
     store = start(Workspace(opts.workspace), settings, tasks.registered())
     if store is None:
@@ -514,6 +515,7 @@ def resume(run_id: str, opts: RunOptions, retry_failed: str, wait: bool) -> int:
 
     shown = _shown(opts)
     settings = _checked_settings(opts.broker, opts.timeout, log_level=opts.log_level)
+    settings = opts.cassettes(settings)
     store = find(opts.workspace, run_id)
     workspace = Workspace(opts.workspace)
     endpoint.require(workspace, settings, HarnessSettings())
