@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
-from orchestrator.cli import flower, web
+from orchestrator.cli import evaluation, flower, web
 from orchestrator.cli.options import RunOptions, broker_option, run_options, workspace_option
 from orchestrator.errors import ConfigError, GraphError, RunBusy, UsageError
 from orchestrator.exit_codes import ExitCode
@@ -842,6 +842,7 @@ def _add_provider() -> None:
     cli.add_command(provider, "provider")
 
 
+cli.add_command(evaluation.command, "eval")
 cli.add_command(flower.command, "flower")
 cli.add_command(web.command, "web")
 _add_provider()
