@@ -53,9 +53,9 @@ def _figures(f: dict[str, Any]) -> list[str]:
     if f["spread"]:
         spread = f["spread"]
         unstable = ", ".join(spread["unstable"]) or "none"
+        low, high = _pct(spread["pass_rate_min"]), _pct(spread["pass_rate_max"])
         lines.append(
-            f"  spread            pass rate {_pct(spread['pass_rate_min'])}..{_pct(spread['pass_rate_max'])}, "
-            f"tickets that changed: {unstable}"
+            f"  spread            pass rate {low}..{high}, tickets that changed: {unstable}"
         )
     return lines
 
