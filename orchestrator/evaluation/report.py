@@ -12,9 +12,8 @@ def text(document: dict[str, Any]) -> str:
     how = f"replayed from {source}" if source and not document["recorded"] else "with the model"
     if document["recorded"]:
         how += f", recorded into {source}"
-    lines = [
-        f"eval {document['dataset']}: {document['tickets']} tickets x {document['runs']} run(s), {how}"
-    ]
+    size = f"{document['tickets']} tickets x {document['runs']} run(s)"
+    lines = [f"eval {document['dataset']}: {size}, {how}"]
     lines += _figures(document)
     lines += _tickets(document["per_ticket"])
     for layer, figures in document["ablations"].items():
@@ -31,19 +30,18 @@ def text(document: dict[str, Any]) -> str:
 
 
 def _figures(f: dict[str, Any]) -> list[str]:
-    accuracy = f["routing_accuracy"]
+    accuracy, agreement = f["routing_accuracy"], f["label_agreement"]
+    cost, latency = f["cost_usd"], f["latency_s"]
+    needs = _pct(f["needs_person_rate"])
     lines = [
         f"  routing accuracy  {_pct(accuracy)}" + ("" if accuracy is not None else " (not routed)"),
-        f"  pass rate         {_pct(f['pass_rate'])}   needs a person {_pct(f['needs_person_rate'])}",
+        f"  pass rate         {_pct(f['pass_rate'])}   needs a person {needs}",
         f"  expectations met  {_pct(f['expectations_met'])}"
-        + (
-            f"   label agreement {_pct(f['label_agreement'])}"
-            if f["label_agreement"] is not None
-            else ""
-        ),
-        f"  cost per ticket   ${f['cost_per_ticket_usd']:.4f} (median ${f['cost_usd']['median']:.4f}, "
-        f"p95 ${f['cost_usd']['p95']:.4f})   latency median {f['latency_s']['median'] * 1000:.0f} ms, "
-        f"p95 {f['latency_s']['p95'] * 1000:.0f} ms",
+        + (f"   label agreement {_pct(agreement)}" if agreement is not None else ""),
+        f"  cost per ticket   ${f['cost_per_ticket_usd']:.4f} (median ${cost['median']:.4f}, "
+        f"p95 ${cost['p95']:.4f})",
+        f"  latency per ticket  median {latency['median'] * 1000:.0f} ms, "
+        f"p95 {latency['p95'] * 1000:.0f} ms",
     ]
     if f["confusion"]:
         cells = "  ".join(
