@@ -60,11 +60,12 @@ def cluster(
     """Redis, workers and the model endpoint for one run; yields the configured app. The
     workers log to `log_file` (the run's), not to the command's stderr: what `run` prints
     is its own, one sentence for a failure; `--log-level` sends their log to stderr."""
-    scripted = not llm.base_url
+    # Served here: the workspace's scripts or a cassette, or a proxy recording into one.
+    served = not llm.base_url or settings.replay is not None or settings.record is not None
     # `run` and `resume` asked before anything was claimed; asked again for a file gone since.
     endpoint.require(workspace, settings, llm)
-    port = free_port() if scripted else 0
-    live = llm.model_copy(update={"base_url": f"http://{LOOPBACK}:{port}/v1"}) if scripted else llm
+    port = free_port() if served else 0
+    live = llm.model_copy(update={"base_url": f"http://{LOOPBACK}:{port}/v1"}) if served else llm
     redis_server = RedisServer()
     try:
         settings = settings.model_copy(update={"broker_outage_s": OUTAGE_S})
@@ -78,7 +79,7 @@ def cluster(
         try:
             # The provider starts while the workers connect; both are needed before the
             # first task, and neither waits for the other.
-            with _provider(workspace, port if scripted else None):
+            with _provider(workspace, settings, llm, port if served else None):
                 workers.wait_ready()
                 try:
                     yield app
@@ -91,13 +92,15 @@ def cluster(
 
 
 @contextlib.contextmanager
-def _provider(workspace: Workspace, port: int | None) -> Iterator[None]:
-    """Serve the workspace's scenarios on `port` for the duration (nothing if None)."""
+def _provider(
+    workspace: Workspace, settings: GraphSettings, llm: HarnessSettings, port: int | None
+) -> Iterator[None]:
+    """Serve the workspace's scenarios, or a cassette, or a recording proxy, on `port` for
+    the duration (nothing if None)."""
     if port is None:
         yield
         return
-    from workers.provider import running_provider  # loaded only when a run serves scripts
+    from orchestrator.evaluation import cassette  # loaded only when a run serves a model
 
-    # The command ends right after: tell the server to stop, do not wait for its loop.
-    with running_provider(workspace.scenarios, LOOPBACK, port, join=False):
+    with cassette.model_endpoint(workspace, settings, llm, LOOPBACK, port):
         yield

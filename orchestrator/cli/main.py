@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
-from orchestrator.cli import flower, people, web
+from orchestrator.cli import evaluation, flower, people, web
 from orchestrator.cli.options import RunOptions, broker_option, run_options, workspace_option
 from orchestrator.errors import ConfigError, GraphError, RunBusy, UsageError
 from orchestrator.exit_codes import ExitCode
@@ -327,6 +327,7 @@ def run(opts: RunOptions, pool_size: int | None, stop_after: str | None) -> int:
     settings = _checked_settings(
         opts.broker, opts.timeout, pool_size, stop_after, opts.budget, opts.log_level
     )
+    settings = opts.cassettes(settings)
     submission.require_workers(settings, opts.wait_for_workers)
     store = start(Workspace(opts.workspace), settings, tasks.registered())
     if store is None:
@@ -514,6 +515,7 @@ def resume(run_id: str, opts: RunOptions, retry_failed: str, wait: bool) -> int:
 
     shown = _shown(opts)
     settings = _checked_settings(opts.broker, opts.timeout, log_level=opts.log_level)
+    settings = opts.cassettes(settings)
     store = find(opts.workspace, run_id)
     workspace = Workspace(opts.workspace)
     endpoint.require(workspace, settings, HarnessSettings())
@@ -849,6 +851,7 @@ def _add_provider() -> None:
     cli.add_command(provider, "provider")
 
 
+cli.add_command(evaluation.command, "eval")
 cli.add_command(flower.command, "flower")
 cli.add_command(web.command, "web")
 people.register(cli)

@@ -60,6 +60,19 @@ class RunOptions:
     log_format: str
     budget: float | None
     log_level: str | None
+    record: Path | None
+    replay: Path | None
+
+    def cassettes(self, settings: Any) -> Any:
+        """`settings` (GraphSettings) with --record and --replay laid over them;
+        `ConfigError` when the run is not embedded (said before any worker is waited for)."""
+        update = {"record": self.record, "replay": self.replay}
+        if (self.record or self.replay) and settings.broker_url:
+            from orchestrator.errors import ConfigError
+            from orchestrator.evaluation.cassette import SHARED_BROKER
+
+            raise ConfigError(SHARED_BROKER)
+        return settings.model_copy(update={k: v.absolute() for k, v in update.items() if v})
 
 
 def run_options(f: F) -> F:
@@ -107,6 +120,22 @@ def run_options(f: F) -> F:
                 "its ticket ends `budget`; resume with a higher --budget to finish it.",
             ),
             click.option("--quiet", "-q", is_flag=True, help="Print only the verdict line."),
+            click.option(
+                "--record",
+                type=click.Path(path_type=Path, dir_okay=False),
+                metavar="CASSETTE",
+                help="Keep every model request and reply of the run in CASSETTE (a JSON "
+                "file, added to if it exists), to replay offline with --replay "
+                "(TICKETGRAPH_RECORD). Embedded runs.",
+            ),
+            click.option(
+                "--replay",
+                type=click.Path(path_type=Path, dir_okay=False),
+                metavar="CASSETTE",
+                help="Answer every model request from CASSETTE instead of a model: offline, "
+                "free, identical; a request it does not hold fails its ticket "
+                "(TICKETGRAPH_REPLAY). Embedded runs.",
+            ),
             click.option(
                 "--log-level",
                 type=click.Choice(

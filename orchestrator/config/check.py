@@ -5,7 +5,7 @@ category, without claiming a ticket or paying for a model call."""
 
 from __future__ import annotations
 
-from orchestrator.config import endpoint, layers
+from orchestrator.config import endpoint, layers, prompt_lint
 from orchestrator.config.environment import GraphSettings
 from orchestrator.run.records import RunConfig, WorkerSpec
 from orchestrator.steps import agent, declarations, prompts
@@ -49,6 +49,8 @@ def _worker(
         f"    prompt: {len(spec.prompt)} characters; {caps}",
         f"    tools: {', '.join(tools) or 'none'}; reads: {', '.join(spec.reads) or 'nothing'}",
     ]
+    if (lint := prompt_lint.warning(f"worker {name}", spec.prompt)) is not None:
+        lines.append(f"    {lint}")
     for tool in found.tools_of(spec):
         rule = spec.approval.get(tool.name)
         if rule is not None:

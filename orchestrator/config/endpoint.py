@@ -20,6 +20,10 @@ from workers.settings import HarnessSettings, masked
 def require(workspace: Workspace, settings: GraphSettings, llm: HarnessSettings) -> str:
     """Where the run's model requests will go, in a few words; `ConfigError` naming the
     setting and the way to try offline when no model is reachable by configuration."""
+    if settings.replay is not None or settings.record is not None:
+        from orchestrator.evaluation import cassette
+
+        return cassette.require(workspace, settings, llm)
     if settings.broker_url:
         return "the workers' own LLM_BASE_URL (a run on a shared broker)"
     offline = (

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
@@ -64,6 +65,10 @@ class GraphSettings(BaseSettings):
     run_timeout_s: float = Field(
         default=3600, gt=0, description="how long `run` waits for a verdict"
     )
+    # Record every model exchange of an embedded run into this cassette, or answer every
+    # model request from it (orchestrator/evaluation/cassette.py; --record, --replay).
+    record: Path | None = None
+    replay: Path | None = None
     # An embedded run's workers log to runs/<run>/workers.log; with a level, to stderr.
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] | None = None
     # `ticketgraph web`'s login (HTTP basic auth); without it the web view refuses to start.

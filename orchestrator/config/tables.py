@@ -64,7 +64,7 @@ class GateConfig(_Table):
     # check(draft_text, ticket) and returns the reasons the draft fails (none: it passes).
     checks: list[str] = []
 
-    max_rounds: int = Field(default=3, ge=1, description="rewrites per ticket at most")
+    max_rounds: int = Field(default=3, ge=0, description="rewrites per ticket at most (0: none)")
     filler_phrases: list[str] = [
         "please wait a moment",
         "thank you for your patience",

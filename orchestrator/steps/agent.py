@@ -19,6 +19,7 @@ from orchestrator.steps.context import Context
 from orchestrator.workspace import DEMO_SCENARIOS
 from workers import loop
 from workers.client import ModelClient, RequestParams
+from workers.provider.cassette import MISS
 from workers.settings import HarnessSettings
 from workers.state import Interruption, RunState, RunStatus, new_run
 from workers.tools import Catalog, Tool, ToolScope
@@ -122,6 +123,10 @@ def run_agent(
     error = state.error or _stop_reason(state)
     if config.scripted and error and NO_SCRIPT in error:
         error += _no_script_hint(role)
+    if error and MISS in error:  # a replayed run asked what its cassette does not hold
+        from orchestrator.evaluation.cassette import miss_sentence
+
+        error = miss_sentence(error, state_path)
     return AgentResult(
         text=state.output,
         status=state.status,

@@ -32,6 +32,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from workers.provider import anthropic_messages
+from workers.provider.cassette import CHAT_PATH, MESSAGES_PATH, Cassette
 from workers.provider.scenario import Fault, Scenario, Script
 from workers.provider.wire import (
     ChatRequest,
@@ -183,6 +184,7 @@ class ProviderState:
     stats: Stats = field(default_factory=Stats)
     faults: FaultCounters = field(default_factory=FaultCounters)
     rate: TokenRate | None = None
+    cassette: Cassette | None = None  # set: every request is answered from it (replay)
 
 
 def error_response(
@@ -325,6 +327,8 @@ async def chat_completions(http: Request) -> Response:
     state: ProviderState = http.app.state.provider
     state.stats.begin()
     try:
+        if state.cassette is not None:
+            return await _replayed(http, state.cassette, CHAT_PATH)
         parsed = await _parse(http)
         response = await _answer(parsed, state, http) if isinstance(parsed, ChatRequest) else parsed
     finally:
@@ -339,6 +343,8 @@ async def messages(http: Request) -> Response:
     state: ProviderState = http.app.state.provider
     state.stats.begin()
     try:
+        if state.cassette is not None:
+            return await _replayed(http, state.cassette, MESSAGES_PATH)
         try:
             body = json.loads(await http.body())
             parsed: ChatRequest | Response = anthropic_messages.to_chat(body)
@@ -358,6 +364,23 @@ async def messages(http: Request) -> Response:
     return response
 
 
+async def _replayed(http: Request, cassette: Cassette, path: str) -> Response:
+    """The recorded response to this request, or a 400 naming the cassette and the miss."""
+    messages_api = path == MESSAGES_PATH
+    try:
+        body = json.loads(await http.body())
+    except ValueError as exc:
+        return error_response(400, f"not a JSON request: {exc}", messages_api=messages_api)
+    response = cassette.replay(path, body) if isinstance(body, dict) else None
+    if response is None:
+        stats: Stats = http.app.state.provider.stats
+        stats.scripts["cassette-miss"] += 1
+        message = cassette.miss(path, body if isinstance(body, dict) else {})
+        return error_response(400, message, messages_api=messages_api)
+    http.app.state.provider.stats.scripts["cassette"] += 1
+    return JSONResponse(response, headers={"X-Service-Ms": "0"})
+
+
 async def get_stats(http: Request) -> Response:
     """GET /stats."""
     return JSONResponse(http.app.state.provider.stats.snapshot())
@@ -375,8 +398,9 @@ async def healthz(_http: Request) -> Response:
     return JSONResponse({"ok": True})
 
 
-def create_app(scenario: Scenario, rate: TokenRate | None = None) -> Starlette:
-    """A Starlette app that answers chat completions from `scenario` (limited to `rate`)."""
+def create_app(scenario: Scenario | Cassette, rate: TokenRate | None = None) -> Starlette:
+    """A Starlette app that answers chat completions from `scenario`, or replays a cassette
+    (limited to `rate`)."""
     app = Starlette(
         routes=[
             Route("/v1/chat/completions", chat_completions, methods=["POST"]),
@@ -386,5 +410,9 @@ def create_app(scenario: Scenario, rate: TokenRate | None = None) -> Starlette:
             Route("/healthz", healthz, methods=["GET"]),
         ]
     )
-    app.state.provider = ProviderState(scenario, rate=rate)
+    if isinstance(scenario, Cassette):
+        empty = Scenario(source=scenario.source, scripts=[])
+        app.state.provider = ProviderState(empty, rate=rate, cassette=scenario)
+    else:
+        app.state.provider = ProviderState(scenario, rate=rate)
     return app

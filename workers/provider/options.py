@@ -65,6 +65,10 @@ refuse for a tool call left unanswered or an id used twice, and cpu_s: the proce
 seconds since start or reset), POST /stats/reset, GET /healthz.
 Faults: status (+ retry_after, + html: a proxy's error page), malformed, reset (the
 connection drops mid-body), hang_ms.
+
+A cassette (`ticketgraph run --record CASSETTE`, or --record here) given as --scenarios is
+replayed: each request is answered with the response recorded for the same model, system
+prompt, messages and tools, and a request it does not hold is answered 400 with what differs.
 """
 
 
@@ -96,10 +100,33 @@ connection drops mid-body), hang_ms.
     show_default=True,
     help="The window --tpm-limit counts over.",
 )
+@click.option(
+    "--record",
+    metavar="CASSETTE",
+    help="Do not script: forward every request to --upstream and keep each exchange in "
+    "CASSETTE (a JSON file, appended to), to replay later with --scenarios CASSETTE.",
+)
+@click.option("--upstream", metavar="URL", help="With --record: the real model's base URL (…/v1).")
 def command(
-    scenarios: str, host: str, port: int, tpm_limit: int | None, tpm_window_s: float
+    scenarios: str,
+    host: str,
+    port: int,
+    tpm_limit: int | None,
+    tpm_window_s: float,
+    record: str | None,
+    upstream: str | None,
 ) -> int:
     """Serve the scripted OpenAI-compatible model over HTTP."""
+    if record is not None:
+        if not upstream:
+            raise click.UsageError("--record needs --upstream URL, the model to record")
+        from pathlib import Path
+
+        from workers.provider.recorder import server
+
+        print(f"recording {upstream} into {record} at http://{host}:{port}/v1", flush=True)
+        server(Path(record), upstream, host, port).run()
+        return 0
     from workers.provider.server import run_from_options
 
     return run_from_options(scenarios, host, port, tpm_limit, tpm_window_s)

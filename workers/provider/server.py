@@ -19,6 +19,7 @@ import uvicorn
 from workers import tokens
 from workers.errors import ScenarioError
 from workers.provider.app import TokenRate, create_app
+from workers.provider.cassette import Cassette, is_cassette, load_cassette
 from workers.provider.options import DEFAULT_HOST, DEFAULT_PORT, command
 from workers.provider.scenario import Scenario, load_scenario
 
@@ -27,22 +28,29 @@ GRACEFUL_SHUTDOWN_S = 1.0
 KEEP_ALIVE_S = 75
 SHUTDOWN_TIMEOUT_S = 10.0
 
-ScenarioSource = str | Path | Scenario
+ScenarioSource = str | Path | Scenario | Cassette
 
 
-def _scenario(source: ScenarioSource) -> Scenario:
-    """A loaded scenario, loading it when given a path or built-in name."""
-    return source if isinstance(source, Scenario) else load_scenario(source)
+def _scenario(source: ScenarioSource) -> Scenario | Cassette:
+    """A loaded scenario (or cassette), loading it when given a path or built-in name."""
+    if isinstance(source, Scenario | Cassette):
+        return source
+    return load_cassette(source) if is_cassette(source) else load_scenario(source)
 
 
 def _server(
-    scenario: Scenario, host: str, port: int, log_level: str, rate: TokenRate | None = None
+    scenario: Scenario | Cassette,
+    host: str,
+    port: int,
+    log_level: str,
+    rate: TokenRate | None = None,
 ) -> uvicorn.Server:
     """A uvicorn server for `scenario`, shared by the foreground and background runs."""
     # Build the tokenizer now if any reply will be counted (or, made line by line, may be
     # cut at max_tokens), so the first request's X-Service-Ms is not its load time; the
     # demo's replies fix their usage and are shorter in bytes than any cap: never needed.
-    replies = [reply for script in scenario.scripts for reply in script.replies]
+    scripts = scenario.scripts if isinstance(scenario, Scenario) else []
+    replies = [reply for script in scripts for reply in script.replies]
     if any(reply.usage is None or reply.lines is not None for reply in replies):
         tokens.encoding()
     # No lifespan: the app has no startup work, and uvicorn's probe would only log noise.
@@ -125,13 +133,17 @@ def run_from_options(
     """Load `scenarios` and serve them on `host`:`port` until interrupted (answering 429
     past `tpm_limit` tokens per `tpm_window_s`, if set)."""
     try:
-        scenario = load_scenario(scenarios)
+        scenario = _scenario(scenarios)
     except ScenarioError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    held = (
+        f"{len(scenario.scripts)} scripts"
+        if isinstance(scenario, Scenario)
+        else f"{len(scenario.exchanges)} recorded exchanges"
+    )
     print(
-        f"scripted provider: {len(scenario.scripts)} scripts from {scenario.source}"
-        f" at http://{host}:{port}/v1",
+        f"scripted provider: {held} from {scenario.source} at http://{host}:{port}/v1",
         flush=True,
     )
     serve(scenario, host, port, TokenRate(tpm_limit, tpm_window_s) if tpm_limit else None)

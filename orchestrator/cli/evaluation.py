@@ -1,0 +1,131 @@
+"""`ticketgraph eval`: is it any good? The workspace's graph on a dataset, its figures, and
+what each layer earns (orchestrator/evaluation/)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from orchestrator.cli.options import workspace_option
+from orchestrator.exit_codes import ExitCode
+
+EPILOG = """\b
+Exit codes:
+  0   every threshold met (or none given)
+  1   a threshold missed (--min-accuracy, --min-pass, --max-cost-per-ticket)
+  3   a run of the evaluation did not finish (its sentence on stderr)
+  64  usage error (no such dataset, layer or flag)
+  78  configuration error (the cassette or the workspace)"""
+
+
+@click.command("eval", epilog=EPILOG)
+@click.argument("dataset", type=click.Path(path_type=Path, exists=True))
+@workspace_option
+@click.option(
+    "--replay",
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    metavar="CASSETTE",
+    help="Answer every model request from CASSETTE: offline, free, the same every time.",
+)
+@click.option(
+    "--record",
+    type=click.Path(path_type=Path, dir_okay=False),
+    metavar="CASSETTE",
+    help="Keep every model exchange of the evaluation's runs (ablations too) in CASSETTE.",
+)
+@click.option(
+    "--repeat",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Run each configuration K times; figures are averaged and their spread shown.",
+)
+@click.option(
+    "--ablate",
+    "layers",
+    multiple=True,
+    metavar="LAYER",
+    help="Also run without LAYER (route, review, evaluator, gate:CHECK; repeatable) and "
+    "print paired deltas with 95% intervals and the cost delta.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@click.option(
+    "--min-accuracy", type=click.FloatRange(0, 1), help="Exit 1 below this routing accuracy."
+)
+@click.option("--min-pass", type=click.FloatRange(0, 1), help="Exit 1 below this pass rate.")
+@click.option(
+    "--max-cost-per-ticket",
+    type=click.FloatRange(min=0),
+    metavar="USD",
+    help="Exit 1 above this cost per ticket.",
+)
+def command(
+    dataset: Path,
+    workspace: Path,
+    replay: Path | None,
+    record: Path | None,
+    repeat: int,
+    layers: tuple[str, ...],
+    as_json: bool,
+    min_accuracy: float | None,
+    min_pass: float | None,
+    max_cost_per_ticket: float | None,
+) -> int:
+    """Evaluate the workspace on DATASET, and what each layer earns.
+
+    Run the workspace's graph on DATASET (a folder with tickets/ and expectations.yaml, or
+    a label export .jsonl) in a temporary copy of the workspace, embedded, with the
+    configured model or, with --replay, a cassette (`ticketgraph run --record` makes one);
+    nothing in the workspace's inbox/ or out/ is touched. Print routing accuracy and its
+    confusion, pass and needs-a-person rates, expectations met per ticket and in total,
+    agreement with labels, cost and latency per ticket (median, p95). --ablate LAYER runs
+    the same tickets without a layer and prints the paired differences.
+    """
+    from orchestrator.cli.main import failed
+
+    try:
+        return _evaluate(
+            dataset, workspace, replay, record, repeat, layers, as_json,
+            (min_accuracy, min_pass, max_cost_per_ticket),
+        )  # fmt: skip
+    except Exception as exc:
+        from orchestrator.errors import GraphError
+
+        if not isinstance(exc, GraphError | OSError):
+            raise
+        return failed("eval", exc)
+
+
+def _evaluate(
+    dataset: Path,
+    workspace: Path,
+    replay: Path | None,
+    record: Path | None,
+    repeat: int,
+    layers: tuple[str, ...],
+    as_json: bool,
+    thresholds: tuple[float | None, float | None, float | None],
+) -> int:
+    from orchestrator.errors import UsageError
+    from orchestrator.evaluation import dataset as datasets
+    from orchestrator.evaluation import report
+    from orchestrator.evaluation.evaluate import evaluate, thresholds_missed
+    from orchestrator.evaluation.runner import Model
+    from orchestrator.workspace import Workspace
+
+    if replay is not None and record is not None:
+        raise UsageError("--replay and --record go one at a time")
+    place = Workspace(workspace).require()
+    loaded = datasets.load(dataset, place.root)
+    document = evaluate(place, loaded, Model(replay, record), repeat, layers)
+    missed = thresholds_missed(document, *thresholds)
+    document["thresholds_missed"] = missed
+    print(
+        json.dumps(document, indent=2) if as_json else report.text(document),
+        end="\n" if as_json else "",
+    )
+    for line in missed:
+        click.echo(f"ticketgraph eval: missed: {line}", err=True)
+    return ExitCode.NEEDS_HUMAN if missed else ExitCode.ALL_PASS
