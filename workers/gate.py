@@ -1,6 +1,6 @@
 """When a request may go: the hook through which an endpoint's shared caps hold it back.
 
-The model client asks a `Gate` (broker/ratecap.py: requests in flight and tokens per minute
+The model client asks a `Gate` (coordination/ratecap.py: requests in flight and tokens per minute
 shared by every worker on every machine, and a cool-down after a 429) before each request
 and tells it, after, how many tokens the request really used. Without a gate a request goes
 at once, as it always did.

@@ -25,7 +25,7 @@ from kombu.transport import virtual
 from kombu.utils.json import dumps
 from kombu.utils.url import maybe_sanitize_url, parse_url
 
-from orchestrator.broker.clock import NOW_S, script
+from orchestrator.coordination.clock import NOW_S, script
 
 log = logging.getLogger(__name__)
 

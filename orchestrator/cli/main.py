@@ -566,7 +566,7 @@ def show_status(run_id: str | None, workspace: Path, as_json: bool) -> int:
     record (the run-state.json record of every node and ticket).
     """
     from orchestrator.cli import status
-    from orchestrator.run import budget
+    from orchestrator.coordination import budget
     from orchestrator.run.records import RunPhase
 
     record = status.find(workspace, run_id).read()

@@ -56,7 +56,7 @@ class RunDocument(BaseModel):
     # Tool calls that wait for a person's decision (ticketgraph approve / reject).
     awaiting_approval: list[WaitingRow] = []
     cancel: Cancel | None = None  # who cancelled the run and why (ticketgraph cancel)
-    # What the run may spend and has spent ([run] budget_usd, --budget; run/budget.py).
+    # What the run may spend and has spent ([run] budget_usd, --budget; coordination/budget.py).
     budget: BudgetTotals | None = None
     record: RunRecord | None  # run-state.json: config, every node and every ticket
 

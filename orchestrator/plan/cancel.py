@@ -4,7 +4,7 @@
    run ends stopped with the reason (exit 2 for its waiting command; `resume` goes on).
    From then on no task and no model request of the run (or of those tickets) starts,
    on any worker, also after every worker restarted.
-2. It is delivered live (broker/control.py): every worker process stops the run's steps it
+2. It is delivered live (coordination/control.py): every worker process stops the run's steps it
    runs — their model requests are cut and their tools woken — and answers; the command
    waits for every answer. The run's waiting command, if any, is told it ended.
 
@@ -21,10 +21,10 @@ from pathlib import Path
 
 import redis
 
-from orchestrator.broker import control, outage
+from orchestrator.broker import outage
+from orchestrator.coordination import control, events, keys
 from orchestrator.errors import BrokerUnavailable, UsageError
 from orchestrator.exit_codes import ExitCode
-from orchestrator.plan import events, keys
 from orchestrator.run import cancels, ending, lease, totals
 from orchestrator.run.records import Cancel, RunPhase, TicketStatus
 from orchestrator.run.store import RunStore

@@ -21,6 +21,7 @@ from orchestrator.broker import embedded, outage
 from orchestrator.broker.app import configure
 from orchestrator.broker.transport import shown
 from orchestrator.config.environment import GraphSettings
+from orchestrator.coordination import budget, events, keys
 from orchestrator.errors import (
     BrokerLostRun,
     BrokerUnavailable,
@@ -29,8 +30,8 @@ from orchestrator.errors import (
     RunTimeout,
 )
 from orchestrator.exit_codes import ExitCode
-from orchestrator.plan import cancel, canvas, events, keys, tasks
-from orchestrator.run import budget, ending, lease
+from orchestrator.plan import cancel, canvas, tasks
+from orchestrator.run import ending, lease
 from orchestrator.run.records import RunPhase
 from orchestrator.run.store import RunStore
 from orchestrator.steps import report

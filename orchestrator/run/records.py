@@ -57,7 +57,7 @@ class NodeRecord(BaseModel):
     error: str | None = None
     cost_usd: float = 0.0
     estimated: int = 0  # replies whose usage the server left out (counted by us)
-    waited: int = 0  # requests that waited for the endpoint's cap (broker/ratecap.py)
+    waited: int = 0  # requests that waited for the endpoint's cap (coordination/ratecap.py)
 
     @property
     def done(self) -> bool:
@@ -250,7 +250,7 @@ class RunConfig(BaseModel):
     model: str
     max_turns: int
     budget_usd: float | None  # per agent run
-    # What the whole run, and one ticket, may spend across every worker (run/budget.py).
+    # What the whole run, and one ticket, may spend across every worker (coordination/budget.py).
     run_budget_usd: float | None = None
     ticket_budget_usd: float | None = None
     stop_after: str | None = None
@@ -272,8 +272,8 @@ class RunConfig(BaseModel):
 
 
 class BudgetTotals(BaseModel):
-    """A run's budget ledger (run/budget.py) as `status`, `runs`, the report and --json show
-    it (`budget`), copied into run.json at the end of each step and of the run."""
+    """A run's budget ledger (coordination/budget.py) as `status`, `runs`, the report and
+    --json show it (`budget`), copied into run.json at the end of each step and of the run."""
 
     limit_usd: float | None  # None: the run has no budget
     reserved_usd: float
@@ -284,7 +284,7 @@ class BudgetTotals(BaseModel):
     refused: int = 0  # calls not started for want of budget
     expired: int = 0  # holds whose holder died, returned by their lease
     spent: bool = False  # a call was refused for the run's limit: no further call starts
-    calls_waited: int = 0  # requests that waited for the endpoint's cap (broker/ratecap.py)
+    calls_waited: int = 0  # requests that waited for the endpoint's cap (coordination/ratecap.py)
 
 
 class RejectedFile(BaseModel):

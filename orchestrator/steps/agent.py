@@ -10,8 +10,7 @@ from pathlib import Path
 import redis
 from pydantic import BaseModel
 
-from orchestrator.broker import ratecap
-from orchestrator.run import budget
+from orchestrator.coordination import budget, ratecap
 from orchestrator.run.records import CANCELLED, RoleSettings, RunConfig, StepUsage
 from orchestrator.run.store import ROUTER
 from orchestrator.steps import approval as steps_approval

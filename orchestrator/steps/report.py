@@ -9,8 +9,8 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
+from orchestrator.coordination import budget as budget_ledger
 from orchestrator.exit_codes import ExitCode
-from orchestrator.run import budget as budget_ledger
 from orchestrator.run import ending
 from orchestrator.run.records import (
     FAILED_STOPS,

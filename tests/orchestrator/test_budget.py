@@ -23,9 +23,7 @@ import redis
 
 from bench.caps import counted
 from bench.workload import build
-from orchestrator.broker import ratecap
-from orchestrator.plan import keys
-from orchestrator.run import budget
+from orchestrator.coordination import budget, keys, ratecap
 from orchestrator.run.store import RunStore
 from tests.orchestrator.conftest import (
     REPO,

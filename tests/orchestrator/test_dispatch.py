@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from celery.worker import state as worker_state
 
-from orchestrator.plan import slot
+from orchestrator.coordination import slot
 from tests.orchestrator.conftest import REFERENCE_TICKETS, Cli, events, state, ticket_rows
 
 
@@ -28,7 +28,7 @@ def test_one_thread_runs_the_demo_without_waiting_between_tasks(demo: Path, cli:
 
 def test_one_slot_runs_its_step_s_tickets_in_a_row_under_one_message(demo: Path, cli: Cli) -> None:
     # Pool 1: each per-ticket step has one slot. Its first ticket arrives by message and the
-    # slot runs the ones it is handed next itself (plan/slot.py), so every ticket of a step
+    # slot runs the ones it is handed next itself (coordination/slot.py), so every ticket of a step
     # is taken under the same delivery; the two steps are two messages.
     done = cli("run", "--quiet", cwd=demo, env={"POOL_SIZE": "1", "TICKETGRAPH_PROCESSES": "1"})
     assert done.returncode == 1, done.stderr

@@ -12,7 +12,7 @@ import pytest
 import redis
 
 from orchestrator.broker.redis_server import RedisServer
-from orchestrator.plan import events, fanout, keys
+from orchestrator.coordination import events, fanout, keys
 
 PHASE = fanout.FanOut("run-x", "a1", "draft")
 

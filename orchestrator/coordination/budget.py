@@ -4,7 +4,7 @@ Before a model call, its worker holds the call's worst case (workers/meter.py) w
 atomic script: the hold is refused when what is settled plus what is held plus this call
 would pass the run's limit (or the ticket's). After the reply it settles the real cost
 and the rest goes back. A hold lives under a lease that the worker's process renews while
-the call is in flight (broker/leases.py), so a SIGKILLed worker's hold returns within
+the call is in flight (coordination/leases.py), so a SIGKILLed worker's hold returns within
 the lease. Once a call is refused for the run's limit the ledger is spent: no later call of
 the run starts, so tickets not yet started are not started (their tickets end `budget`,
 and `resume --budget` with a higher limit takes them up, paying only for what was not
@@ -31,8 +31,7 @@ from dataclasses import dataclass
 
 import redis
 
-from orchestrator.broker import leases
-from orchestrator.plan import keys
+from orchestrator.coordination import keys, leases
 from orchestrator.run import totals
 from orchestrator.run.records import BudgetTotals, RunConfig
 from orchestrator.run.store import RunStore

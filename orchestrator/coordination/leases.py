@@ -1,11 +1,11 @@
 """Leases held while a model call is in flight, pushed forward by one thread per process.
 
-A budget hold (run/budget.py) and a slot of an endpoint's cap (broker/ratecap.py) each live
-in Redis under a lease that ends unless its holder renews it: a SIGKILLed worker's money
-and slots come back when their leases end. Every process renews what it holds every
-quarter of the lease, in one call per group (a ledger, a cap). The lease's length is the
-graph's setting TICKETGRAPH_LEASE_S, given to `configure` by the Celery app's configuration
-in every process that may hold one.
+A budget hold (coordination/budget.py) and a slot of an endpoint's cap
+(coordination/ratecap.py) each live in Redis under a lease that ends unless its holder
+renews it: a SIGKILLed worker's money and slots come back when their leases end. Every
+process renews what it holds every quarter of the lease, in one call per group (a ledger,
+a cap). The lease's length is the graph's setting TICKETGRAPH_LEASE_S, given to `configure`
+by the Celery app's configuration in every process that may hold one.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from collections.abc import Callable, Hashable
 
 import redis
 
-from orchestrator.broker import clock
+from orchestrator.coordination import clock
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ run's (RUN_TTL_S, 7 days) for all but the owner keys, which live as long as a ta
     tg:run:<run_id>:<attempt>:<step>:taken     flag: the barrier's task started
     tg:run:<run_id>:<attempt>:<step>:sent      hash: ticket -> time its task was sent
     tg:run:<run_id>:<attempt>:<step>:owner:<t> the delivery that holds ticket t
-    tg:run:<run_id>:budget[:holds|:leases]     the run's budget ledger (run/budget.py)
+    tg:run:<run_id>:budget[:holds|:leases]     the run's budget ledger (coordination/budget.py)
     tg:cap:<endpoint>:inflight                 sorted set: slot id -> lease end (ms, Redis clock)
     tg:cap:<endpoint>:tpm, :tokens             a request's admission time; its tokens, `_sum`
     tg:cap:<endpoint>:cool                     set while the endpoint asked us to wait
@@ -49,18 +49,18 @@ CONTROL = "tg:control"
 
 
 def budget(run_id: str, part: str = "") -> str:
-    """The run's budget ledger (run/budget.py): the hash, or its `holds` and `leases`."""
+    """The run's budget ledger (coordination/budget.py): the hash, or its `holds` and `leases`."""
     return f"{PREFIX}:{run_id}:budget" + (f":{part}" if part else "")
 
 
 def cap(base_url: str, model: str) -> list[str]:
-    """The caps of one model endpoint (broker/ratecap.py): inflight, tpm, tokens, cool."""
+    """The caps of one model endpoint (coordination/ratecap.py): inflight, tpm, tokens, cool."""
     name = hashlib.sha1(f"{base_url.rstrip('/')}|{model}".encode()).hexdigest()[:16]
     return [f"tg:cap:{name}:{part}" for part in ("inflight", "tpm", "tokens", "cool")]
 
 
 def control_acks(nonce: str) -> str:
-    """Where worker processes answer one cancel (broker/control.py)."""
+    """Where worker processes answer one cancel (coordination/control.py)."""
     return f"{CONTROL}:{nonce}:acks"
 
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import redis
 
-from orchestrator.broker.clock import script
-from orchestrator.plan import keys
+from orchestrator.coordination import keys
+from orchestrator.coordination.clock import script
 
 _START = """
 local first = KEYS[5]
@@ -170,7 +170,7 @@ def advance(
     """Mark `ticket_id` finished; return the next ticket to send and whether this was the last.
 
     `delivery` is the finishing task's. With `keep` (the task runs the next ticket itself, in
-    a row: plan/slot.py) the next ticket is held for it for `ttl_s`, as `hold` would, in the
+    a row: coordination/slot.py) the next ticket is held for it for `ttl_s`, as `hold` would, in the
     same round trip (`Handoff.held`). Without it, a hold of the next ticket by this delivery
     is let go before the next ticket is sent a message: a copy of this task that died after
     holding it must not make that message step aside. Asked again for the same ticket, it

@@ -3,12 +3,12 @@
 `LLM_MAX_INFLIGHT` bounds the requests in flight and `LLM_MAX_TPM` the tokens per minute
 (each request counted before it goes as its prompt and longest reply, then corrected to
 what it really used), both keyed by the endpoint's base URL and model, in Redis. A slot in
-flight lives under a lease its process renews (broker/leases.py): a SIGKILLed holder's slot
+flight lives under a lease its process renews (coordination/leases.py): a SIGKILLed holder's slot
 is back within its lease. A 429 with Retry-After sets a cool-down on the endpoint that every
 worker waits out, instead of each retrying into it. Set the same caps on every worker: each
 request is admitted against the caps of the worker that sends it.
 
-Its keys are `tg:cap:<endpoint>:*` (plan/keys.py).
+Its keys are `tg:cap:<endpoint>:*` (coordination/keys.py).
 
 Without a cap set no gate is made and a request goes at once, as before.
 """
@@ -23,8 +23,8 @@ from dataclasses import dataclass
 
 import redis
 
-from orchestrator.broker import leases
-from orchestrator.plan import keys as redis_keys
+from orchestrator.coordination import keys as redis_keys
+from orchestrator.coordination import leases
 from workers.cancel import CancelToken
 from workers.errors import ProviderError
 from workers.gate import OnWait

@@ -1,7 +1,7 @@
 """A slot of a fan-out runs its tickets in a row, not one Celery message each.
 
 A per-ticket task holds one of its fan-out's `pool_size` slots. When its ticket is done the
-fan-out hands the slot the next ticket (plan/fanout.py `advance`); the task runs that ticket
+fan-out hands the slot the next ticket (coordination/fanout.py `advance`); the task runs that ticket
 itself, and the next, while the slot's `Row` allows it (at most MAX_TICKETS tickets or
 MAX_S seconds for one message, and never once its worker is shutting down); past that it
 sends the next ticket a message as before. A message costs a worker more CPU than a ticket

@@ -13,7 +13,7 @@ from typing import Any
 
 import redis
 
-from orchestrator.plan import keys
+from orchestrator.coordination import keys
 
 
 def mark_submitted(r: redis.Redis, run_id: str, attempt: str) -> None:

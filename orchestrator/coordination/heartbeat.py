@@ -25,13 +25,14 @@ from typing import Any
 
 from celery.worker import state as worker_state
 
-from orchestrator.broker.app import HEARTBEAT_CONF_KEY, app
-from orchestrator.broker.clock import NOW_S, script
-from orchestrator.plan import keys
+from orchestrator.coordination import keys
+from orchestrator.coordination.clock import NOW_S, script
 
 log = logging.getLogger(__name__)
 
 INDEX_KEY = "unacked_index"  # kombu's default `unacked_index_key`
+# The Celery app's setting that holds the beat's period in seconds (0: no beat).
+HEARTBEAT_CONF_KEY = "ticketgraph_heartbeat_s"
 
 # KEYS: the unacked index; ARGV: the tags this process holds. Returns how many were there.
 _BEAT = (
@@ -58,31 +59,34 @@ def held_tags() -> list[str]:
     return tags
 
 
-def beat(r: Any, tags: list[str]) -> int:
-    """Move `tags` to Redis's now in the unacked index; return how many were still there."""
+def beat(r: Any, tags: list[str], conf: Any) -> int:
+    """Move `tags` to Redis's now in the unacked index named by the Celery app's `conf`;
+    return how many were still there."""
     if not tags:
         return 0
-    index = app.conf.broker_transport_options.get("unacked_index_key", INDEX_KEY)
+    index = conf.broker_transport_options.get("unacked_index_key", INDEX_KEY)
     return int(script(r, _BEAT)(keys=[index], args=tags))
 
 
-def _loop(every_s: float) -> None:
-    r = keys.client(app.conf.broker_url)
+def _loop(conf: Any, every_s: float) -> None:
+    r = keys.client(conf.broker_url)
     while not _stop.wait(every_s):
         try:
-            beat(r, held_tags())
+            beat(r, held_tags(), conf)
         except Exception as exc:  # the broker may be away: the next beat tries again
             log.warning("heartbeat missed: %s", exc)
 
 
-def start() -> None:
+def start(conf: Any) -> None:
     """Start this worker process's heartbeat once its consumer is ready (again, after a
-    reconnect: then it is already running, and nothing changes)."""
-    every = float(app.conf.get(HEARTBEAT_CONF_KEY) or 0)
+    reconnect: then it is already running, and nothing changes). `conf`: the worker's Celery
+    app's configuration (the broker, the unacked index, HEARTBEAT_CONF_KEY's period); it is
+    passed in because coordination sits below the broker's app."""
+    every = float(conf.get(HEARTBEAT_CONF_KEY) or 0)
     if every > 0 and os.getpid() not in _started_in:
         _started_in.add(os.getpid())
         _stop.clear()
-        threading.Thread(target=_loop, args=(every,), name="tg-heartbeat", daemon=True).start()
+        threading.Thread(target=_loop, args=(conf, every), name="tg-heartbeat", daemon=True).start()
 
 
 def stop() -> None:

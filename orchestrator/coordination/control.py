@@ -31,7 +31,7 @@ from typing import Any
 
 import redis
 
-from orchestrator.plan import keys
+from orchestrator.coordination import keys
 from workers.cancel import CancelToken
 
 log = logging.getLogger(__name__)
