@@ -9,13 +9,9 @@ from typing import Any
 
 from celery import Celery
 
-from orchestrator.broker.transport import (
-    broker_url_problem,
-    connection_args,
-    shown,
-    tls_options,
-)
+from orchestrator.broker.transport import connection_args, tls_options
 from orchestrator.config import environment
+from orchestrator.config.broker_url import broker_url_problem, shown
 from orchestrator.config.environment import GraphSettings
 from orchestrator.coordination import leases
 from orchestrator.coordination.heartbeat import HEARTBEAT_CONF_KEY

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import redis
 
-from orchestrator.broker import process
+from orchestrator import process
 from orchestrator.errors import BrokerError
 
 START_TIMEOUT_S = 10.0

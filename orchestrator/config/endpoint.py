@@ -11,8 +11,8 @@ LLM_BASE_URL (`ticketgraph worker` checks it), so nothing is asked of this proce
 from __future__ import annotations
 
 from orchestrator.config.environment import GraphSettings
+from orchestrator.config.workspace import Workspace
 from orchestrator.errors import ConfigError
-from orchestrator.workspace import Workspace
 from workers.client import refused
 from workers.settings import HarnessSettings, masked
 

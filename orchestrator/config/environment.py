@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from orchestrator.broker.transport import broker_url_problem, shown
+from orchestrator.config.broker_url import broker_url_problem, shown
 from orchestrator.coordination.leases import DEFAULT_LEASE_S
 from orchestrator.errors import ConfigError
 from workers.settings import SettingsError, load

@@ -30,6 +30,7 @@ from celery.exceptions import Reject
 
 from orchestrator.broker import outage, timelimits
 from orchestrator.broker.app import OUTAGE_CONF_KEY, app, worker_llm
+from orchestrator.config import declarations
 from orchestrator.coordination import control, events, fanout, keys, slot
 from orchestrator.errors import RunStateError, RunStorageError
 from orchestrator.plan import canvas
@@ -38,8 +39,7 @@ from orchestrator.run import cancels, ending, ids, lease, totals
 from orchestrator.run.fence import EpochFence, path
 from orchestrator.run.records import CANCELLED, RunPhase, TicketRecord
 from orchestrator.run.store import RunStore
-from orchestrator.steps import declarations
-from orchestrator.steps.agent import TIME_LIMIT, shared_client
+from orchestrator.steps.agent import shared_client
 from orchestrator.steps.context import Context, fan_in
 from workers.errors import Cancelled, Superseded
 
@@ -313,7 +313,7 @@ def _held(
 
     def out_of_time() -> None:
         error = "still running at the hard time limit; its worker process was replaced"
-        ctx.fail_ticket(ticket_id, error, stop=TIME_LIMIT)
+        ctx.fail_ticket(ticket_id, error, stop=timelimits.TIME_LIMIT)
         hand_on(in_row=False)  # its process exits next: the next ticket gets a message
 
     try:

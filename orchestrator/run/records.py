@@ -264,7 +264,7 @@ class RunConfig(BaseModel):
     checks: list[str] = []  # the team's own gate checks, by import path
     approval_expire_h: float = 72  # a call undecided this long ends needs_human
     # A hash of the workers, templates and checks and of the modules they come from: a
-    # worker process whose own differs refuses the run's tasks (steps/declarations.py).
+    # worker process whose own differs refuses the run's tasks (config/declarations.py).
     fingerprint: str = ""
     scripted: bool = False  # the run is served by the workspace's scripted provider
     # The nodes of the run's plan that its report lists, in order (the plan's table).

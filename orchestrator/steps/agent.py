@@ -10,12 +10,13 @@ from pathlib import Path
 import redis
 from pydantic import BaseModel
 
+from orchestrator.broker.timelimits import TIME_LIMIT
+from orchestrator.config.workspace import DEMO_SCENARIOS
 from orchestrator.coordination import budget, ratecap
 from orchestrator.run.records import CANCELLED, RoleSettings, RunConfig, StepUsage
 from orchestrator.run.store import ROUTER
 from orchestrator.steps import approval as steps_approval
 from orchestrator.steps.context import Context
-from orchestrator.workspace import DEMO_SCENARIOS
 from workers import loop
 from workers.client import ModelClient, RequestParams
 from workers.settings import HarnessSettings
@@ -23,7 +24,6 @@ from workers.state import Interruption, RunState, RunStatus, new_run
 from workers.tools import Catalog, Tool, ToolScope
 from workers.trace import Tracer
 
-TIME_LIMIT = "time_limit"  # the cancel reason of a task that reached its soft limit
 EXPIRED = "approval_expired"  # the stop of a ticket whose call expired undecided
 NO_SCRIPT = "no script matched the request"  # what the scripted provider answers then
 ROUTER_ROLE = "router"

@@ -73,7 +73,7 @@ Functions = dict[str, Callable[[dict[str, Any]], Any]]  # import path -> the rul
 
 def needs_person(rule: str, args: dict[str, Any], functions: Functions | None = None) -> bool:
     """Whether a call with `args` must wait for a person under `rule` (`functions`: the
-    workspace's rule functions, imported by steps/declarations.py)."""
+    workspace's rule functions, imported by config/declarations.py)."""
     if rule == ALWAYS:
         return True
     if rule == NEVER:

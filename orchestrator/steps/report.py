@@ -9,6 +9,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
+from orchestrator.config.workspace import DEMO_SCENARIOS
 from orchestrator.coordination import budget as budget_ledger
 from orchestrator.exit_codes import ExitCode
 from orchestrator.run import ending
@@ -25,7 +26,6 @@ from orchestrator.run.records import (
 )
 from orchestrator.steps.context import Context
 from orchestrator.steps.routing import OTHER, TO_FILL
-from orchestrator.workspace import DEMO_SCENARIOS
 
 ONE_LINE_CHARS = 22
 SUMMARY_CHARS = 100

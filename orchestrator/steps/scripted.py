@@ -23,11 +23,11 @@ from pathlib import Path
 import yaml
 
 from orchestrator.config import layers
+from orchestrator.config.workspace import DEMO_SCENARIOS, Workspace
 from orchestrator.errors import ConfigError, UsageError
 from orchestrator.intake import inbox
 from orchestrator.run.records import RunConfig
 from orchestrator.steps import agent, prompts, routing
-from orchestrator.workspace import DEMO_SCENARIOS, Workspace
 from workers.errors import ScenarioError
 from workers.provider.scenario import Scenario, Script, load_scenario
 from workers.provider.wire import ChatRequest, ConversationView

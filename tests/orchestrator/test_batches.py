@@ -15,8 +15,8 @@ from typing import Any
 import httpx
 
 from orchestrator.config import layers
+from orchestrator.config.workspace import Workspace
 from orchestrator.steps import batches, prompts
-from orchestrator.workspace import Workspace
 from tests.orchestrator.conftest import (
     REFERENCE_TICKETS,
     Cli,
@@ -130,7 +130,7 @@ def test_the_demo_is_one_call_planned_without_building_the_tokenizer() -> None:
         "from pathlib import Path\n"
         "from orchestrator.config import layers\n"
         "from orchestrator.steps import batches\n"
-        "from orchestrator.workspace import Workspace\n"
+        "from orchestrator.config.workspace import Workspace\n"
         "from workers import tokens\n"
         f"inbox = Path({str(DEMO_INBOX)!r})\n"
         "texts = {p.stem: p.read_text() for p in sorted(inbox.glob('*.txt'))}\n"

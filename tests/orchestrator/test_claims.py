@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from orchestrator.broker.redis_server import free_port
+from orchestrator.config.workspace import init_demo
 from orchestrator.exit_codes import ExitCode
-from orchestrator.workspace import init_demo
 from tests.orchestrator.conftest import (
     REFERENCE_TICKETS,
     Cli,

@@ -18,8 +18,8 @@ from typing import Any
 
 import httpx
 
+from orchestrator.config.workspace import CONFIG_FILE
 from orchestrator.run.approvals import args_hash
-from orchestrator.workspace import CONFIG_FILE
 from tests.orchestrator.conftest import Cli, state, write_scenarios
 from tests.orchestrator.test_approvals import (
     _pending_amounts,

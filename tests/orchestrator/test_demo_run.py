@@ -9,10 +9,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from orchestrator.config.workspace import init_demo
 from orchestrator.run.store import RunStore
 from orchestrator.steps.context import Context
 from orchestrator.steps.review import ReviewLoop
-from orchestrator.workspace import init_demo
 from tests.orchestrator.conftest import (
     DEMO_SCENARIOS,
     GRAPH_EVENTS,

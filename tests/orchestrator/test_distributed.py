@@ -18,7 +18,7 @@ import pytest
 
 from bench.distributed import MARKER, big_variant, use_big_model
 from orchestrator.broker.redis_server import RedisServer, free_port
-from orchestrator.workspace import init_demo
+from orchestrator.config.workspace import init_demo
 from tests.orchestrator.conftest import (
     DEMO_SCENARIOS,
     REFERENCE_NODES,

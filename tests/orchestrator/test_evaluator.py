@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from orchestrator.workspace import CONFIG_FILE
+from orchestrator.config.workspace import CONFIG_FILE
 from tests.orchestrator.conftest import (
     REFERENCE_TICKETS,
     Cli,

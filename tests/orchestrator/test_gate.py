@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.config.workspace import CONFIG_FILE
 from orchestrator.steps import gate, prompts
-from orchestrator.workspace import CONFIG_FILE
 from tests.orchestrator.conftest import Cli, demo_scripts, state, write_scenarios
 
 CUSTOMER = (

@@ -132,7 +132,8 @@ def test_only_folders_whose_owner_is_gone_are_swept() -> None:
     """A folder naming a dead process goes; one naming a live process, or no owner, stays."""
     import tempfile
 
-    from orchestrator.broker import process, redis_server
+    from orchestrator import process
+    from orchestrator.broker import redis_server
 
     def folder(owner: str | None) -> Path:
         path = Path(tempfile.mkdtemp(prefix=redis_server.FOLDER_PREFIX))

@@ -16,12 +16,12 @@ from pathlib import Path
 
 import yaml
 
-from orchestrator.cli import status
 from orchestrator.cli.console import Follower, ended_record
 from orchestrator.cli.progress import NODES
-from orchestrator.cli.status import RunDocument, RunRow
 from orchestrator.run.records import TicketStatus
 from orchestrator.run.store import RunStore
+from orchestrator.submission import status
+from orchestrator.submission.status import RunDocument, RunRow
 from tests.orchestrator.conftest import Cli, clean_env, demo_scripts, settled, state
 
 REPO = Path(__file__).resolve().parents[2]

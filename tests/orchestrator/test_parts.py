@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.config.workspace import init_demo
 from orchestrator.steps import agent, gate, report, route
-from orchestrator.workspace import init_demo
 from workers.settings import HarnessSettings
 from workers.trace import Tracer, read
 

@@ -12,11 +12,11 @@ import pytest
 from celery import Celery
 
 from orchestrator.broker.redis_server import RedisServer
+from orchestrator.config import declarations
+from orchestrator.config.workspace import CONFIG_FILE
 from orchestrator.errors import RunStateError
 from orchestrator.run import ids
 from orchestrator.run.store import RunStore
-from orchestrator.steps import declarations
-from orchestrator.workspace import CONFIG_FILE
 from tests.orchestrator.conftest import Cli, demo_scripts, state, worker_processes, write_scenarios
 from workers.builtin_tools import read_file
 from workers.cancel import CancelToken

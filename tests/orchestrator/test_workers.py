@@ -19,10 +19,10 @@ import httpx
 import pytest
 
 from orchestrator.broker.redis_server import RedisServer
+from orchestrator.config import declarations
+from orchestrator.config.workspace import CONFIG_FILE
 from orchestrator.exit_codes import ExitCode
 from orchestrator.run.store import RunStore
-from orchestrator.steps import declarations
-from orchestrator.workspace import CONFIG_FILE
 from tests.orchestrator.conftest import (
     REFERENCE_TICKETS,
     Cli,

@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from orchestrator.workspace import init_demo
+from orchestrator.config.workspace import init_demo
 from tests.orchestrator.conftest import clean_env
 
 USER, PASSWORD = "ann", "s3cret:with,commas"

@@ -321,7 +321,7 @@ def test_agent_runs_are_listed_in_the_order_they_ran() -> None:
 
 
 def test_a_waiting_call_is_rejected_through_the_form_with_its_reason(tmp_path: Path) -> None:
-    from orchestrator.workspace import init_demo
+    from orchestrator.config.workspace import init_demo
     from tests.orchestrator.conftest import write_scenarios
     from tests.orchestrator.test_approvals import _with_refund
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from orchestrator.workspace import init_demo
+from orchestrator.config.workspace import init_demo
 from tests.orchestrator.conftest import clean_env, demo_scripts, settled, write_scenarios
 from tests.orchestrator.test_approvals import _with_refund
 from tests.web.conftest import PASSWORD, USER, command, run_cli, run_id_of, web_server

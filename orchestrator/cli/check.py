@@ -5,11 +5,11 @@ category, without claiming a ticket or paying for a model call."""
 
 from __future__ import annotations
 
-from orchestrator.config import endpoint, layers
+from orchestrator.config import declarations, endpoint, layers
 from orchestrator.config.environment import GraphSettings
+from orchestrator.config.workspace import CONFIG_FILE, Workspace
 from orchestrator.run.records import RunConfig, WorkerSpec
-from orchestrator.steps import agent, declarations, prompts
-from orchestrator.workspace import CONFIG_FILE, Workspace
+from orchestrator.steps import agent, prompts
 from workers.settings import HarnessSettings
 
 

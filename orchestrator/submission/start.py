@@ -11,8 +11,9 @@ import time
 from collections.abc import Iterator
 from datetime import datetime
 
-from orchestrator.config import endpoint, layers
+from orchestrator.config import declarations, endpoint, layers
 from orchestrator.config.environment import GraphSettings
+from orchestrator.config.workspace import Workspace
 from orchestrator.errors import ClaimStranded, RunStorageError, UsageError
 from orchestrator.intake import claims, inbox, journal
 from orchestrator.plan.steps import Plan
@@ -20,8 +21,6 @@ from orchestrator.run import lease
 from orchestrator.run.ending import crash_text
 from orchestrator.run.records import RunConfig, RunMeta, RunPhase, TicketRecord
 from orchestrator.run.store import RunStore, link_latest, new_run_id
-from orchestrator.steps import declarations
-from orchestrator.workspace import Workspace
 from workers.settings import HarnessSettings
 from workers.trace import now_iso
 

@@ -77,7 +77,7 @@ def load(workspace: Path, config: RunConfig) -> Declarations:
 def preload(workspace: Path) -> Declarations:
     """Import what the workspace's ticketgraph.toml declares: a worker process does this for
     each workspace it serves as it starts, and stops (exit 78) if it cannot."""
-    from orchestrator.workspace import Workspace  # the workspace reads its tables (config/)
+    from orchestrator.config.workspace import Workspace  # the workspace reads its tables (config/)
 
     tables = Workspace(workspace).config()
     tools = {name: worker.tools for name, worker in tables.workers.items()}

@@ -1,6 +1,6 @@
 """What a person's decisions print: `pending`, `approve` and `reject` (the calls that wait
 for a person, and a decision recorded; the rules are run/approvals.py's) and `cancel`
-(plan/cancel.py)."""
+(submission/cancel.py)."""
 
 from __future__ import annotations
 
@@ -82,9 +82,9 @@ def requeue(workspace: Path, run_id: str, tickets: list[str], by: str | None) ->
     """Put the run's claimed files (all, or those of `tickets`) back into inbox/, recorded in
     the run's trace with who did it; what moved and what stayed. `RunBusy` while the run is
     being worked on."""
+    from orchestrator.config.workspace import Workspace
     from orchestrator.intake import claims, journal
     from orchestrator.run import lease
-    from orchestrator.workspace import Workspace
 
     store = find(workspace, run_id)
     lease.wait_free(store, wait=False)
@@ -116,7 +116,7 @@ def cancel(
     wait_s: float,
 ) -> str:
     """Cancel the run (or tickets of it); what happened, and what to do next."""
-    from orchestrator.plan import cancel as cancelling
+    from orchestrator.submission import cancel as cancelling
 
     store = find(workspace, run_id)
     done = cancelling.cancel(store, tickets, by or _user(), reason, broker_url, wait_s)

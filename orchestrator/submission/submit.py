@@ -19,8 +19,9 @@ from celery import Celery
 
 from orchestrator.broker import embedded, outage
 from orchestrator.broker.app import configure
-from orchestrator.broker.transport import shown
+from orchestrator.config.broker_url import shown
 from orchestrator.config.environment import GraphSettings
+from orchestrator.config.workspace import Workspace
 from orchestrator.coordination import budget, events, keys
 from orchestrator.errors import (
     BrokerLostRun,
@@ -30,12 +31,12 @@ from orchestrator.errors import (
     RunTimeout,
 )
 from orchestrator.exit_codes import ExitCode
-from orchestrator.plan import cancel, canvas, tasks
+from orchestrator.plan import canvas, tasks
 from orchestrator.run import ending, lease
 from orchestrator.run.records import RunPhase
 from orchestrator.run.store import RunStore
 from orchestrator.steps import report
-from orchestrator.workspace import Workspace
+from orchestrator.submission import cancel
 from workers.settings import HarnessSettings
 
 # How often the waiting CLI looks at run.json when no event came, and for the submission's

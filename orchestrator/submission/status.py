@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from orchestrator.config.workspace import Workspace
 from orchestrator.errors import GraphError, UsageError
 from orchestrator.exit_codes import ExitCode
 from orchestrator.run import store
@@ -25,7 +26,6 @@ from orchestrator.run.records import (
 )
 from orchestrator.run.store import REPORT_FILE, RunStore
 from orchestrator.steps import report
-from orchestrator.workspace import Workspace
 
 SCHEMA_VERSION = 1
 # docs/run-document.schema.json is this model's JSON schema (a test keeps them equal).
