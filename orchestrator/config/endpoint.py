@@ -13,7 +13,7 @@ from __future__ import annotations
 from orchestrator.config.environment import GraphSettings
 from orchestrator.config.workspace import Workspace
 from orchestrator.errors import ConfigError
-from workers.client import refused
+from workers.model.client import refused
 from workers.settings import HarnessSettings, masked
 
 

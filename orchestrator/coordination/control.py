@@ -5,7 +5,7 @@ model request that starts after it. What already runs — a model request waitin
 reply, a slow tool — is reached through the broker: `ticketgraph cancel` publishes one
 message on a Redis channel every worker process listens on; each process sets the cancel
 token of every step of that run it runs (which cuts their requests' connections and wakes
-their tools, workers/abortable.py), waits for those steps to record their stop, and answers
+their tools, workers/model/abortable.py), waits for those steps to record their stop, and answers
 with how many it stopped. The command waits
 for as many answers as the channel had listeners, so when it returns, what ran has been
 abandoned.

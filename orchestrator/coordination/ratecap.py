@@ -27,7 +27,7 @@ from orchestrator.coordination import keys as redis_keys
 from orchestrator.coordination import leases
 from workers.cancel import CancelToken
 from workers.errors import ProviderError
-from workers.gate import OnWait
+from workers.model.gate import OnWait
 from workers.settings import HarnessSettings
 
 log = logging.getLogger(__name__)
@@ -120,7 +120,7 @@ class Caps:
 
 
 class RedisGate:
-    """`workers.gate.Gate` over Redis, for one base URL (keys per model)."""
+    """`workers.model.gate.Gate` over Redis, for one base URL (keys per model)."""
 
     def __init__(self, r: redis.Redis, base_url: str, caps: Caps) -> None:
         self.r, self.base_url, self.caps = r, base_url, caps

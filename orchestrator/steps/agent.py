@@ -18,7 +18,7 @@ from orchestrator.run.store import ROUTER
 from orchestrator.steps import approval as steps_approval
 from orchestrator.steps.context import Context
 from workers import loop
-from workers.client import ModelClient, RequestParams
+from workers.model.client import ModelClient, RequestParams
 from workers.settings import HarnessSettings
 from workers.state import Interruption, RunState, RunStatus, new_run
 from workers.tools import Catalog, Tool, ToolScope

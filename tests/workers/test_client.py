@@ -27,10 +27,10 @@ import yaml
 from pydantic import ValidationError
 
 from orchestrator.broker.redis_server import free_port
-from workers import pool_guard
 from workers.cancel import CancelToken
-from workers.client import KEEPALIVE_S, ModelClient, RequestParams, under
 from workers.errors import Cancelled, ProviderError
+from workers.model import pool_guard
+from workers.model.client import KEEPALIVE_S, ModelClient, RequestParams, under
 from workers.provider import running_provider
 from workers.settings import HarnessSettings
 from workers.state import Message
@@ -64,7 +64,7 @@ def test_the_client_never_loads_httpxs_command_line_client(tmp_path: Path) -> No
     with running_provider(_scripted(tmp_path, [])) as url:
         code = (
             "import sys\n"
-            "from workers.client import ModelClient\n"
+            "from workers.model.client import ModelClient\n"
             "from workers.settings import HarnessSettings\n"
             "from workers.state import Message\n"
             f"client = ModelClient(HarnessSettings(base_url={url!r}))\n"
@@ -413,7 +413,7 @@ def test_an_idle_connection_is_dropped_before_the_server_would(
     """Idle past the client's keep-alive, a connection is not reused: the next request
     opens a new one (servers close idle ones, and a request sent on a closing connection
     fails without an answer)."""
-    monkeypatch.setattr("workers.client.KEEPALIVE_S", 0.3)
+    monkeypatch.setattr("workers.model.client.KEEPALIVE_S", 0.3)
     with running_provider(_scripted(tmp_path, [])) as url:
         client = _client(url, max_retries=0)
         client.complete("m", HELLO, [])

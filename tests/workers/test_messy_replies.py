@@ -13,7 +13,7 @@ import yaml
 from tests.workers.test_client import _Canned
 from workers import loop, trace
 from workers.chapter_tools import ChapterFolder, make_demo_workspace
-from workers.client import ModelClient
+from workers.model.client import ModelClient
 from workers.provider import running_provider
 from workers.settings import HarnessSettings
 from workers.state import RunStatus, approve, new_run

@@ -14,7 +14,7 @@ GIL, the fleet regime of BENCHMARKS.md) the gap is long enough to hit: 2-3 reque
 are not the pass's to close or to give again, and they count against the connection cap),
 then does what httpcore does with the rest. httpcore is pinned; the test that drives the
 pass proves the guard still holds on an upgrade. Since each thread of a worker sends on a
-pool of its own (workers/client.py), the race needs a pool that threads share (a client
+pool of its own (workers/model/client.py), the race needs a pool that threads share (a client
 passed in); the guard stays on every pool, where it costs a walk of one connection.
 """
 

@@ -9,10 +9,10 @@ from typing import Any
 from pydantic import ValidationError
 
 from workers.errors import ProviderError
+from workers.model.wire.reply import ModelReply, RequestParams
 from workers.state import Message
 from workers.tokens import count, of_request
 from workers.usage import Usage
-from workers.wire.reply import ModelReply, RequestParams
 
 PATH = "chat/completions"
 

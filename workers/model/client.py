@@ -1,7 +1,7 @@
 """The model client: one model request over HTTP, errors translated here.
 
 Each thread sends on a keep-alive connection of its own: the standard library's http.client
-(workers/connection.py) for an endpoint httpx would reach directly, httpx's transport
+(workers/model/connection.py) for an endpoint httpx would reach directly, httpx's transport
 behind a proxy from the environment or with credentials in the URL.
 
 What goes over the wire is the API module's business (openai_wire.py: chat completions;
@@ -36,17 +36,17 @@ from tenacity import (
     wait_random_exponential,
 )
 
-from workers import abortable, pool_guard
 from workers.cancel import CancelToken
-from workers.connection import Answer, Connection
 from workers.errors import Cancelled, ProviderError
-from workers.gate import Gate, OnWait, Slot
 from workers.meter import worst_tokens
+from workers.model import abortable, pool_guard
+from workers.model.connection import Answer, Connection
+from workers.model.gate import Gate, OnWait, Slot
+from workers.model.wire import anthropic as anthropic_wire
+from workers.model.wire import openai as openai_wire
+from workers.model.wire.reply import ModelReply, RequestParams
 from workers.settings import HarnessSettings
 from workers.state import Message
-from workers.wire import anthropic as anthropic_wire
-from workers.wire import openai as openai_wire
-from workers.wire.reply import ModelReply, RequestParams
 
 __all__ = ["ModelClient", "ModelReply", "RequestParams", "refused"]
 
@@ -87,7 +87,7 @@ class ModelClient:
         self._extensions = {"timeout": self.http.timeout.as_dict()}
         # A client passed in (tests) is shared by every thread as it is, and waited on from a
         # helper thread so that a cancel does not wait for its reply. Otherwise each thread
-        # that sends gets a connection of its own: on http.client (workers/connection.py)
+        # that sends gets a connection of its own: on http.client (workers/model/connection.py)
         # when httpx would send straight to the endpoint, else a pool of its own
         # (`_transport`: a proxy from the environment, credentials in the URL).
         self._shared = http is not None
@@ -131,7 +131,7 @@ class ModelClient:
         )
 
     def _connection(self) -> Connection:
-        """This thread's own connection to the endpoint (workers/connection.py)."""
+        """This thread's own connection to the endpoint (workers/model/connection.py)."""
         connection: Connection | None = getattr(self._local, "connection", None)
         if connection is None:
             url, timeout = self._url, self.http.timeout
@@ -282,7 +282,7 @@ class ModelClient:
 
     def _post_until(self, body: dict[str, Any], cancel: CancelToken) -> Answer:
         """`_post` that a cancel ends at once: the cancel cuts the request's connection
-        (workers/abortable.py), so its read returns and the request raises `Cancelled`.
+        (workers/model/abortable.py), so its read returns and the request raises `Cancelled`.
 
         The request runs on the calling thread: a hop to a helper thread and back cost a
         sixth of a worker's CPU (futures, a thread per request, GIL hand-offs). Only a

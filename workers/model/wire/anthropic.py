@@ -14,10 +14,10 @@ import json
 from typing import Any
 
 from workers.errors import ProviderError
+from workers.model.wire.openai import estimate
+from workers.model.wire.reply import ModelReply, RequestParams
 from workers.state import FunctionCall, Message, ToolCall
 from workers.usage import Usage
-from workers.wire.openai import estimate
-from workers.wire.reply import ModelReply, RequestParams
 
 PATH = "messages"
 VERSION = "2023-06-01"

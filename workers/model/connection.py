@@ -13,7 +13,7 @@ reads ready with no request out, as httpcore checks too).
 A request can be cut from another thread (`abortable.Cut`): the cut shuts that request's
 socket down, the read returns at once, the connection is dropped, and the server sees the
 client go. httpx stays for every endpoint this does not serve (a proxy from the
-environment, credentials in the URL; workers/client.py decides).
+environment, credentials in the URL; workers/model/client.py decides).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from email.message import Message
 from typing import Any
 
-from workers import abortable
+from workers.model import abortable
 
 
 @dataclass(frozen=True)

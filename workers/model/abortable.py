@@ -1,11 +1,11 @@
 """Model requests a cancel can cut, so that the server sees them abandoned.
 
 A request blocks in its socket's read until the reply (on the task's own thread,
-workers/client.py); a cancel once stopped only the wait for it, while the request went on to its
-end (tens of seconds with a slow model), holding a thread and a connection, and the server
-went on producing a reply nobody read. Here the socket a request reads or writes is shut
-down from the cancelling thread: the read returns at once, httpcore drops the connection,
-and the server sees the client go.
+workers/model/client.py); a cancel once stopped only the wait for it, while the request
+went on to its end (tens of seconds with a slow model), holding a thread and a connection,
+and the server went on producing a reply nobody read. Here the socket a request reads or
+writes is shut down from the cancelling thread: the read returns at once, httpcore drops
+the connection, and the server sees the client go.
 
 `install` puts a network backend that keeps track of this into an httpx client's
 connection pools (httpx has no public hook for it; the test of cancel through a real server
@@ -26,7 +26,7 @@ from typing import Any
 import httpcore
 import httpx
 
-from workers import pool_guard
+from workers.model import pool_guard
 
 _current = threading.local()
 
