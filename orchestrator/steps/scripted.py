@@ -29,8 +29,8 @@ from orchestrator.intake import inbox
 from orchestrator.run.records import RunConfig
 from orchestrator.steps import agent, prompts, routing
 from workers.errors import ScenarioError
+from workers.provider.request import ChatRequest, ConversationView
 from workers.provider.scenario import Scenario, Script, load_scenario
-from workers.provider.wire import ChatRequest, ConversationView
 
 CATEGORY = routing.TO_FILL  # the router's line for a ticket, until someone picks its category
 REPLY = "REPLY"  # a ticket's reply, until someone writes it

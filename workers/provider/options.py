@@ -100,6 +100,8 @@ def command(
     scenarios: str, host: str, port: int, tpm_limit: int | None, tpm_window_s: float
 ) -> int:
     """Serve the scripted OpenAI-compatible model over HTTP."""
+    # Lazy, and the one way back up in workers/provider/ (tests/test_layers.py lists it):
+    # the server imports these options, and --help must not import the server.
     from workers.provider.server import run_from_options
 
     return run_from_options(scenarios, host, port, tpm_limit, tpm_window_s)
