@@ -30,9 +30,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from orchestrator.config import policy
 from orchestrator.errors import ConfigError
 from orchestrator.run.records import RunConfig, WorkerSpec
-from orchestrator.steps import approval
 from workers.builtin_tools import BUILTINS
 from workers.tools import Tool
 
@@ -148,7 +148,7 @@ def _import(
     functions = {
         path: modules.attribute("[workers] approval", path)
         for path in rule_paths
-        if approval.is_import_path(path)
+        if policy.is_import_path(path)
     }
     fingerprint = _fingerprint(modules, tools, checks, sorted(functions))
     return Declarations(tools, checks, fingerprint, functions)
@@ -162,7 +162,7 @@ def _check_rules(category: str, tools: list[Tool], table: dict[str, str]) -> Non
             known = ", ".join(by_name) or "none"
             raise ConfigError(f"[workers.{category}] approval: it has no tool {name!r} ({known})")
         try:
-            approval.check(rule, set(by_name[name].args.model_fields))
+            policy.check(rule, set(by_name[name].args.model_fields))
         except ConfigError as exc:
             raise ConfigError(f"[workers.{category}] approval {name}: {exc}") from None
 
