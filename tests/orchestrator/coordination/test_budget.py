@@ -140,9 +140,9 @@ def test_a_refused_call_says_what_calls_in_flight_held(broker: str, demo: Path) 
 
 HOLDER = """
 import sys, time, redis
-from orchestrator.broker import leases, ratecap
+from orchestrator.coordination import leases, ratecap
 from orchestrator.config.environment import settings
-from orchestrator.run import budget
+from orchestrator.coordination import budget
 from workers.meter import WorstCase
 from orchestrator.run.store import RunStore
 from pathlib import Path
