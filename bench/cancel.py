@@ -51,7 +51,7 @@ from bench.services import (
 )
 from bench.soak import init_source
 from orchestrator.broker.redis_server import RedisServer
-from orchestrator.workspace import CONFIG_FILE, DEMO_SCENARIOS, init_demo
+from orchestrator.config.workspace import CONFIG_FILE, DEMO_SCENARIOS, init_demo
 
 SLOW_S = 30.0
 POOL = 4

@@ -37,7 +37,7 @@ from bench import machine
 from bench.services import Provider, Workers, WorkerSpec, child_env, ticketgraph
 from bench.workload import build
 from orchestrator.broker.redis_server import RedisServer
-from orchestrator.run import budget
+from orchestrator.coordination import budget
 from orchestrator.run.store import RunStore
 from workers.meter import worst_case
 from workers.pricing import Price

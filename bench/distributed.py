@@ -26,7 +26,7 @@ from bench.services import Monitor, Provider, Workers, WorkerSpec, child_env
 from bench.suite import Context, Section, median
 from bench.workload import build
 from orchestrator.broker.redis_server import RedisServer
-from orchestrator.workspace import CONFIG_FILE, init_demo
+from orchestrator.config.workspace import CONFIG_FILE, init_demo
 
 POOL = 32
 LATENCY_MS = 50

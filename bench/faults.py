@@ -39,7 +39,7 @@ from bench.services import (
     trials_folder,
 )
 from orchestrator.broker.redis_server import RedisServer
-from orchestrator.workspace import DEMO_SCENARIOS, init_demo
+from orchestrator.config.workspace import DEMO_SCENARIOS, init_demo
 
 DEMO = Path(__file__).resolve().parents[1] / "orchestrator" / "demo"
 

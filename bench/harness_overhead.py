@@ -26,8 +26,8 @@ from bench.services import Provider
 from bench.suite import Context, Section
 from workers import chapter, chapter_tools, loop
 from workers.cancel import CancelToken
-from workers.client import ModelClient, ModelReply, RequestParams
-from workers.gate import OnWait
+from workers.model.client import ModelClient, ModelReply, RequestParams
+from workers.model.gate import OnWait
 from workers.settings import HarnessSettings
 from workers.state import Message, RunStatus, new_run
 

@@ -60,7 +60,7 @@ from bench.services import (
     trials_folder,
 )
 from orchestrator.broker.redis_server import RedisServer
-from orchestrator.workspace import CONFIG_FILE, DEMO_SCENARIOS, init_demo
+from orchestrator.config.workspace import CONFIG_FILE, DEMO_SCENARIOS, init_demo
 from workers.trace import read as read_trace
 
 POINTS = ("model", "write", "review")

@@ -45,7 +45,7 @@ SPANS: list[tuple[str, str, str]] = [
     ("    take the fence", "orchestrator.run.fence", "EpochFence.take_if"),
     ("    agent runs", "orchestrator.steps.agent", "run_agent"),
     ("      harness loop", "workers.loop", "run"),
-    ("        model call (client)", "workers.client", "ModelClient.complete"),
+    ("        model call (client)", "workers.model.client", "ModelClient.complete"),
     ("        save agent state", "workers.state", "RunState.save"),
     ("    gate check", "orchestrator.steps.review", "ReviewLoop.check"),
     ("    hand the slot on", "orchestrator.plan.canvas", "hand_on"),

@@ -34,9 +34,9 @@ from typing import Any
 import yaml
 
 from orchestrator.config import layers
+from orchestrator.config.workspace import CONFIG_FILE, Workspace, init_demo
 from orchestrator.intake.inbox import route_text
 from orchestrator.steps import batches, prompts
-from orchestrator.workspace import CONFIG_FILE, Workspace, init_demo
 from workers.provider.scenario import map_strings
 
 FIRST_NUMBER = 100000

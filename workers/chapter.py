@@ -13,7 +13,7 @@ from typing import Any
 
 from workers import chapter_tools, loop
 from workers.cancel import CancelToken
-from workers.client import ModelClient
+from workers.model.client import ModelClient
 from workers.provider import running_provider
 from workers.settings import HarnessSettings
 from workers.state import RunState, RunStatus, approve, new_run, reject

@@ -17,12 +17,12 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from workers import textcalls
 from workers.cancel import CancelToken
-from workers.client import ModelClient, ModelReply, RequestParams
 from workers.errors import Cancelled, PermanentToolError, ProviderError, ToolError
 from workers.fence import UNFENCED, Fence
 from workers.meter import Hold, Meter, OverBudget, worst_case
+from workers.model import textcalls
+from workers.model.client import ModelClient, ModelReply, RequestParams
 from workers.pricing import Price, cost
 from workers.state import (
     Interruption,

@@ -1,7 +1,7 @@
 """What a model call may cost before it is made, and the hook that may refuse it.
 
 The harness knows nothing of where money is counted: a `Meter` (the run's budget ledger,
-orchestrator/run/budget.py) is asked to `hold` a call's worst case before the call starts
+orchestrator/coordination/budget.py) is asked to `hold` a call's worst case before the call starts
 and told what the reply really cost after it. A meter that cannot cover the call raises
 `OverBudget` and the call is not made; the run stops `budget_exceeded`, resumable.
 """

@@ -43,7 +43,8 @@ class HarnessSettings(BaseSettings):
     max_tokens: int | None = Field(default=None, ge=1)
     temperature: float | None = Field(default=None, ge=0, le=2)
     token_param: Literal["max_tokens", "max_completion_tokens"] = "max_tokens"
-    # Caps on the endpoint shared by every worker of the graph (orchestrator/broker/ratecap.py)
+    # Caps on the endpoint shared by every worker of the graph
+    # (orchestrator/coordination/ratecap.py)
     max_inflight: int | None = Field(default=None, ge=1, description="requests in flight")
     max_tpm: int | None = Field(default=None, ge=1, description="tokens per minute")
     tpm_window_s: float = Field(

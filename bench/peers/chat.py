@@ -18,7 +18,7 @@ from typing import Any
 
 import httpx
 
-from workers import pool_guard
+from workers.model import pool_guard
 
 Message = dict[str, Any]
 ORDERS_FILE = "data/orders.json"
@@ -83,7 +83,7 @@ def http_client(base_url: str) -> httpx.Client:
     """The shared, thread-safe client; its pool is unbounded so only the graph limits it.
 
     Its pool gets ticketgraph's guard against httpcore closing a connection it just gave a
-    request (workers/pool_guard.py): without it the peer lost requests to `[Errno 9] Bad
+    request (workers/model/pool_guard.py): without it the peer lost requests to `[Errno 9] Bad
     file descriptor` past about 420 in flight (section h), as ticketgraph's client did."""
     client = httpx.Client(
         base_url=base_url.rstrip("/") + "/",

@@ -55,8 +55,8 @@ from bench.peers.result import (
 )
 from orchestrator.config import layers
 from orchestrator.config.tables import WorkspaceConfig
+from orchestrator.config.workspace import Workspace
 from orchestrator.steps import gate, prompts
-from orchestrator.workspace import Workspace
 
 PEER = "langgraph"
 OTHER = "other"

@@ -9,15 +9,12 @@ from typing import Any
 
 from celery import Celery
 
-from orchestrator.broker import leases
-from orchestrator.broker.transport import (
-    broker_url_problem,
-    connection_args,
-    shown,
-    tls_options,
-)
+from orchestrator.broker.transport import connection_args, tls_options
 from orchestrator.config import environment
+from orchestrator.config.broker_url import broker_url_problem, shown
 from orchestrator.config.environment import GraphSettings
+from orchestrator.coordination import leases
+from orchestrator.coordination.heartbeat import HEARTBEAT_CONF_KEY
 from orchestrator.errors import ConfigError
 from workers.settings import HarnessSettings, load
 
@@ -25,7 +22,6 @@ app = Celery("ticketgraph", include=["orchestrator.plan.tasks"])
 
 LLM_CONF_KEY = "ticketgraph_llm"
 OUTAGE_CONF_KEY = "ticketgraph_broker_outage_s"
-HEARTBEAT_CONF_KEY = "ticketgraph_heartbeat_s"
 # Celery reads these ahead of its own broker setting: left in the environment, one of them
 # would send this process to another broker than the one it was given.
 CELERY_BROKER_VARIABLES = ("CELERY_BROKER_URL", "CELERY_BROKER_READ_URL", "CELERY_BROKER_WRITE_URL")

@@ -21,7 +21,7 @@ from orchestrator.broker.app import configure
 from orchestrator.broker.redis_server import RedisServer, free_port
 from orchestrator.config import endpoint
 from orchestrator.config.environment import GraphSettings
-from orchestrator.workspace import Workspace
+from orchestrator.config.workspace import Workspace
 from workers.settings import HarnessSettings
 
 LOOPBACK = "127.0.0.1"
@@ -100,7 +100,7 @@ def _provider(
     if port is None:
         yield
         return
-    from orchestrator.evaluation import cassette  # loaded only when a run serves a model
+    from orchestrator.config import cassette  # loaded only when a run serves a model
 
     with cassette.model_endpoint(workspace, settings, llm, LOOPBACK, port):
         yield

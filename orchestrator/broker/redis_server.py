@@ -9,7 +9,6 @@ import importlib.util
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -17,8 +16,9 @@ from pathlib import Path
 
 import redis
 
-from orchestrator.broker import process
+from orchestrator import process
 from orchestrator.errors import BrokerError
+from orchestrator.process import free_port
 
 START_TIMEOUT_S = 10.0
 
@@ -180,13 +180,6 @@ def sweep_orphans() -> list[Path]:
             shutil.rmtree(folder, ignore_errors=True)
             removed.append(folder)
     return removed
-
-
-def free_port() -> int:
-    """A TCP port on loopback that nothing listens on right now."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def die_with_parent() -> None:

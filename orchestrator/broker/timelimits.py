@@ -26,11 +26,11 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from orchestrator.steps.agent import TIME_LIMIT
 from workers.cancel import CancelToken
 
 log = logging.getLogger(__name__)
 
+TIME_LIMIT = "time_limit"  # the cancel reason of a task that reached its soft limit
 HARD_LIMIT_EXIT = 70  # EX_SOFTWARE: the supervisor restarts the process
 COMPACT_AFTER = 256  # disarmed deadlines the heap may hold before it is rebuilt without them
 

@@ -23,9 +23,9 @@ from urllib.parse import parse_qs, urlsplit
 from kombu.transport import redis as kombu_redis
 from kombu.transport import virtual
 from kombu.utils.json import dumps
-from kombu.utils.url import maybe_sanitize_url, parse_url
+from kombu.utils.url import parse_url
 
-from orchestrator.broker.clock import NOW_S, script
+from orchestrator.coordination.clock import NOW_S, script
 
 log = logging.getLogger(__name__)
 
@@ -118,29 +118,6 @@ class SocketTransport(Transport):
     (as it does for `redis+socket://`), and the channel reads the path and query."""
 
     can_parse_url = True
-
-
-# The broker URLs ticketgraph works with: Redis over TCP, over TLS, or over a unix socket.
-SCHEMES = ("redis", "rediss", "unix", "redis+socket")
-
-
-def broker_url_problem(broker_url: str) -> str | None:
-    """Why `broker_url` cannot be ticketgraph's broker (a phrase to follow the URL), or
-    None if it can. Every way in (the environment, --broker, Celery's own flag) asks here."""
-    parts = urlsplit(broker_url)
-    if parts.scheme not in SCHEMES:
-        return (
-            "not a Redis URL (use redis://HOST:PORT/DB, rediss:// for TLS, or "
-            "unix:///path/to/redis.sock)"
-        )
-    if parts.scheme in ("unix", "redis+socket") and not parts.path:
-        return "names no socket path (e.g. unix:///run/redis/redis.sock)"
-    return None
-
-
-def shown(broker_url: str) -> str:
-    """The URL with its password masked, for messages."""
-    return str(maybe_sanitize_url(broker_url))
 
 
 def connection_args(broker_url: str) -> tuple[str, str]:

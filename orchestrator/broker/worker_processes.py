@@ -29,11 +29,11 @@ from celery.utils.log import get_logger
 from celery.worker import WorkController
 from celery.worker import state as worker_state
 
-from orchestrator.broker import control, cpu_quota, heartbeat
+from orchestrator.broker import cpu_quota
 from orchestrator.broker.pool import TaskPool
 from orchestrator.broker.redis_server import die_with_parent
+from orchestrator.coordination import control, heartbeat, slot
 from orchestrator.errors import BrokerError
-from orchestrator.plan import slot
 
 logger = get_logger(__name__)
 
@@ -52,7 +52,7 @@ class _ReadyWorker(WorkController):
         """Called by Celery once the consumer is connected."""
         super().on_consumer_ready(consumer)
         signals.worker_ready.send(sender=consumer)
-        heartbeat.start()
+        heartbeat.start(self.app.conf)
         slot.attach(consumer)  # its event dispatcher shows tickets run in a row in Flower
         control.start(self.app.conf.broker_url)  # cancels reach this process's steps
         logger.info("%s ready.", self.hostname)

@@ -10,12 +10,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Literal
 
-from orchestrator.cli import status
 from orchestrator.cli.progress import Tally, TraceTail, WaitPrinter
 from orchestrator.config.environment import GraphSettings
 from orchestrator.errors import BrokerUnavailable, RunStateError, RunStorageError
 from orchestrator.exit_codes import ExitCode
-from orchestrator.plan import submission
 from orchestrator.run import totals
 from orchestrator.run.records import (
     FAILED_STOPS,
@@ -25,9 +23,10 @@ from orchestrator.run.records import (
     RunRecord,
     TicketStatus,
 )
-from orchestrator.run.retry import Reopened
 from orchestrator.run.store import RunStore
 from orchestrator.steps import report
+from orchestrator.submission import status, submit
+from orchestrator.submission.retry import Reopened
 from workers.settings import HarnessSettings
 
 Mode = Literal["live", "lines", "quiet"]
@@ -285,7 +284,7 @@ def wait_for_verdict(
     follow = Follower(store, shown, json_logs=log_format == "json")
     try:
         try:
-            code = submission.execute(store, settings, HarnessSettings(), follow)
+            code = submit.execute(store, settings, HarnessSettings(), follow)
         finally:
             follow.close(None)
     except BrokerUnavailable as exc:

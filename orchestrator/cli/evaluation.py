@@ -108,12 +108,12 @@ def _evaluate(
     as_json: bool,
     thresholds: tuple[float | None, float | None, float | None],
 ) -> int:
+    from orchestrator.config.workspace import Workspace
     from orchestrator.errors import UsageError
     from orchestrator.evaluation import dataset as datasets
     from orchestrator.evaluation import report
     from orchestrator.evaluation.evaluate import evaluate, thresholds_missed
     from orchestrator.evaluation.runner import Model
-    from orchestrator.workspace import Workspace
 
     if replay is not None and record is not None:
         raise UsageError("--replay and --record go one at a time")

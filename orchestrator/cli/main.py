@@ -257,7 +257,7 @@ def init(folder: Path, template: str) -> int:
     Existing files are never overwritten.
     """
     from orchestrator.cli.console import plural
-    from orchestrator.workspace import init as make
+    from orchestrator.config.workspace import init as make
 
     created, kept = make(folder, template)
     files = plural(len(created), "file")
@@ -290,8 +290,8 @@ def scenarios_init(workspace: Path) -> int:
     give, then `ticketgraph run`. What the file already says is kept; run it again when new
     tickets arrive. Nothing in inbox/ is moved.
     """
+    from orchestrator.config.workspace import Workspace
     from orchestrator.steps import scripted
-    from orchestrator.workspace import Workspace
 
     print(scripted.add_for_inbox(Workspace(workspace).require()).said(), end="")
     return ExitCode.ALL_PASS
@@ -318,17 +318,18 @@ def run(opts: RunOptions, pool_size: int | None, stop_after: str | None) -> int:
     a rewrite loop, and print the report.
     """
     with _loading():
-        from orchestrator.cli import console, status
-        from orchestrator.intake.start import nothing_to_claim, start
-        from orchestrator.plan import submission, tasks
-        from orchestrator.workspace import Workspace
+        from orchestrator.cli import console
+        from orchestrator.config.workspace import Workspace
+        from orchestrator.plan import tasks
+        from orchestrator.submission import status, submit
+        from orchestrator.submission.start import nothing_to_claim, start
 
     shown = _shown(opts)
     settings = _checked_settings(
         opts.broker, opts.timeout, pool_size, stop_after, opts.budget, opts.log_level
     )
     settings = opts.cassettes(settings)
-    submission.require_workers(settings, opts.wait_for_workers)
+    submit.require_workers(settings, opts.wait_for_workers)
     store = start(Workspace(opts.workspace), settings, tasks.registered())
     if store is None:
         if opts.as_json:
@@ -352,8 +353,8 @@ def pending(workspace: Path, as_json: bool) -> int:
     the ticket, the tool, its arguments, how long it has waited, and the commands that
     decide it.
     """
-    from orchestrator.cli import decisions
-    from orchestrator.workspace import Workspace
+    from orchestrator.config.workspace import Workspace
+    from orchestrator.submission import decisions
 
     print(decisions.pending_text(Workspace(workspace).require().root, as_json), end="")
     return ExitCode.ALL_PASS
@@ -379,7 +380,7 @@ def approve(run_id: str, ticket: str, workspace: Path, call_id: str | None, by: 
     an unknown call is refused (exit 64). `ticketgraph resume RUN_ID` then finishes the
     ticket, paying only for the model turns after the decision.
     """
-    from orchestrator.cli import decisions
+    from orchestrator.submission import decisions
 
     print(decisions.decide(workspace, run_id, ticket, call_id, True, by, ""), end="")
     return ExitCode.ALL_PASS
@@ -398,7 +399,7 @@ def reject(
     ticket's worker hears that a person declined the call, with the reason, and writes its
     reply knowing it.
     """
-    from orchestrator.cli import decisions
+    from orchestrator.submission import decisions
 
     print(decisions.decide(workspace, run_id, ticket, call_id, False, by, reason), end="")
     return ExitCode.ALL_PASS
@@ -447,8 +448,8 @@ def cancel(
     there, paying only for new model turns. Cancelling a finished run changes nothing.
     Without a broker here (an embedded run), the run's own command delivers it.
     """
-    from orchestrator.cli import decisions
     from orchestrator.config import environment
+    from orchestrator.submission import decisions
 
     url = environment.settings(broker, None).broker_url
     text = decisions.cancel(workspace, run_id, list(tickets), by, reason, url, wait_s)
@@ -468,8 +469,8 @@ def check_workspace(workspace: Path) -> int:
     routing prompt; then print each category's worker (model, caps, tools, readable
     files) or template. Exit 0 when a run would start, 78 naming the first problem.
     """
-    from orchestrator.config import check
-    from orchestrator.workspace import Workspace
+    from orchestrator.cli import check
+    from orchestrator.config.workspace import Workspace
     from workers.settings import HarnessSettings, load
 
     settings = _checked_settings(None, None)
@@ -506,11 +507,12 @@ def resume(run_id: str, opts: RunOptions, retry_failed: str, wait: bool) -> int:
     with _loading():
         from orchestrator.cli import console
         from orchestrator.config import endpoint
-        from orchestrator.intake.start import finish_claim
-        from orchestrator.plan import submission, tasks
-        from orchestrator.run import lease, retry
+        from orchestrator.config.workspace import Workspace
+        from orchestrator.plan import tasks
+        from orchestrator.run import lease
         from orchestrator.run.store import find
-        from orchestrator.workspace import Workspace
+        from orchestrator.submission import retry, submit
+        from orchestrator.submission.start import finish_claim
         from workers.settings import HarnessSettings
 
     shown = _shown(opts)
@@ -519,7 +521,7 @@ def resume(run_id: str, opts: RunOptions, retry_failed: str, wait: bool) -> int:
     store = find(opts.workspace, run_id)
     workspace = Workspace(opts.workspace)
     endpoint.require(workspace, settings, HarnessSettings())
-    submission.require_workers(settings, opts.wait_for_workers)
+    submit.require_workers(settings, opts.wait_for_workers)
     lease.wait_free(store, wait, say=lambda line: console.say(line + "\n"))
     lease.acquire(store, "distributed" if settings.broker_url else "embedded")
     # A claim a crash left unfinished (intake/journal.py): its tickets written now.
@@ -553,7 +555,7 @@ def requeue(run_id: str, tickets: tuple[str, ...], workspace: Path, force: bool)
     a decision, is put back only with --force: without it the command names what would run
     again and exits 64, moving nothing.
     """
-    from orchestrator.cli import decisions
+    from orchestrator.submission import decisions
 
     print(decisions.requeue(workspace, run_id, list(tickets), None, force), end="")
     return ExitCode.ALL_PASS
@@ -575,9 +577,9 @@ def show_status(run_id: str | None, workspace: Path, as_json: bool) -> int:
     status, verdict, exit_code, tickets, by_status, cost_usd, duration_s, report, budget and
     record (the run-state.json record of every node and ticket).
     """
-    from orchestrator.cli import status
-    from orchestrator.run import budget
+    from orchestrator.coordination import budget
     from orchestrator.run.records import RunPhase
+    from orchestrator.submission import status
 
     found = status.find(workspace, run_id)
     record, handled = found.read(), status.handled_of(found)
@@ -610,7 +612,7 @@ def runs(workspace: Path, limit: int, as_json: bool) -> int:
     needs_human, stopped, crashed, running), exit code, tickets, how many need a human, cost
     and duration. --json prints a JSON list of the same fields.
     """
-    from orchestrator.cli import status
+    from orchestrator.submission import status
 
     rows = status.recent(workspace, limit)
     if as_json:
@@ -678,7 +680,7 @@ def worker(
     with _loading():
         from orchestrator.broker import worker_processes
         from orchestrator.broker.app import connect
-        from orchestrator.steps import declarations
+        from orchestrator.config import declarations
         from workers.settings import HarnessSettings, load
 
     app = connect(broker)

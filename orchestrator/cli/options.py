@@ -68,8 +68,8 @@ class RunOptions:
         `ConfigError` when the run is not embedded (said before any worker is waited for)."""
         update = {"record": self.record, "replay": self.replay}
         if (self.record or self.replay) and settings.broker_url:
+            from orchestrator.config.cassette import SHARED_BROKER
             from orchestrator.errors import ConfigError
-            from orchestrator.evaluation.cassette import SHARED_BROKER
 
             raise ConfigError(SHARED_BROKER)
         return settings.model_copy(update={k: v.absolute() for k, v in update.items() if v})

@@ -42,7 +42,7 @@ def _reported(name: str) -> Callable[[Callable[..., int]], Callable[..., int]]:
 
 
 def _by(by: str | None) -> str:
-    from orchestrator.cli.decisions import _user
+    from orchestrator.submission.decisions import _user
 
     return by or _user()
 
@@ -91,8 +91,8 @@ def queue(
     that move it on; for a call, the tool, its arguments (amounts as money), the rule that
     made it wait and when it expires. Read from the run folders: no Redis, no workers.
     """
+    from orchestrator.config.workspace import Workspace
     from orchestrator.people import queue as waiting
-    from orchestrator.workspace import Workspace
 
     root = Workspace(workspace).require().root
     older = None if older_than is None else older_than * 3600
@@ -224,8 +224,8 @@ def labels_export(workspace: Path, out: Path | None) -> int:
     The dataset format `ticketgraph eval` reads (docs/people.md): run, ticket, category,
     draft, draft_sha256, gate {verdict, rounds}, verdict, final, by, at, reason.
     """
+    from orchestrator.config.workspace import Workspace
     from orchestrator.people import labels as store
-    from orchestrator.workspace import Workspace
     from workers import atomic
 
     text = store.export(Workspace(workspace).require().root)
@@ -262,8 +262,8 @@ def gate_replay(workspace: Path, candidate: Path | None, as_json: bool) -> int:
     closed or marked bad. Totals and each check, for today's rules and, with --config, a
     candidate's.
     """
+    from orchestrator.config.workspace import Workspace
     from orchestrator.people import replay
-    from orchestrator.workspace import Workspace
 
     root = Workspace(workspace).require().root
     result = replay.replay(root, candidate)

@@ -51,7 +51,7 @@ class TraceTail:
         return events
 
 
-# The caps a request can wait for (broker/ratecap.py), as the user set them.
+# The caps a request can wait for (coordination/ratecap.py), as the user set them.
 CAPS = {"tpm": "LLM_MAX_TPM", "inflight": "LLM_MAX_INFLIGHT", "cool": "a 429's Retry-After"}
 CAP_EVENTS = (b'"cap_wait"', b'"cap_admitted"')  # a wait always ends with its admission
 

@@ -60,9 +60,9 @@ def command(
     import uvicorn
 
     from orchestrator.config import environment
+    from orchestrator.config.workspace import Workspace
     from orchestrator.web import login
     from orchestrator.web.app import application
-    from orchestrator.workspace import Workspace
     from workers.settings import SettingsError
 
     try:

@@ -11,9 +11,9 @@ LLM_BASE_URL (`ticketgraph worker` checks it), so nothing is asked of this proce
 from __future__ import annotations
 
 from orchestrator.config.environment import GraphSettings
+from orchestrator.config.workspace import Workspace
 from orchestrator.errors import ConfigError
-from orchestrator.workspace import Workspace
-from workers.client import refused
+from workers.model.client import refused
 from workers.settings import HarnessSettings, masked
 
 
@@ -21,7 +21,7 @@ def require(workspace: Workspace, settings: GraphSettings, llm: HarnessSettings)
     """Where the run's model requests will go, in a few words; `ConfigError` naming the
     setting and the way to try offline when no model is reachable by configuration."""
     if settings.replay is not None or settings.record is not None:
-        from orchestrator.evaluation import cassette
+        from orchestrator.config import cassette
 
         return cassette.require(workspace, settings, llm)
     if settings.broker_url:

@@ -8,8 +8,8 @@ from typing import Literal
 from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from orchestrator.broker.leases import DEFAULT_LEASE_S
-from orchestrator.broker.transport import broker_url_problem, shown
+from orchestrator.config.broker_url import broker_url_problem, shown
+from orchestrator.coordination.leases import DEFAULT_LEASE_S
 from orchestrator.errors import ConfigError
 from workers.settings import SettingsError, load
 
@@ -66,7 +66,7 @@ class GraphSettings(BaseSettings):
         default=3600, gt=0, description="how long `run` waits for a verdict"
     )
     # Record every model exchange of an embedded run into this cassette, or answer every
-    # model request from it (orchestrator/evaluation/cassette.py; --record, --replay).
+    # model request from it (orchestrator/config/cassette.py; --record, --replay).
     record: Path | None = None
     replay: Path | None = None
     # An embedded run's workers log to runs/<run>/workers.log; with a level, to stderr.

@@ -24,9 +24,9 @@ from pydantic import ValidationError
 
 from orchestrator.config.environment import GraphSettings
 from orchestrator.config.tables import WorkerConfig, WorkspaceConfig
+from orchestrator.config.workspace import Workspace
 from orchestrator.errors import ConfigError
 from orchestrator.run.records import RoleSettings, RunConfig, WorkerSpec
-from orchestrator.workspace import Workspace
 from workers.settings import HarnessSettings
 
 ROLE_KEYS = ("model", "max_tokens", "temperature", "max_turns", "budget_usd")

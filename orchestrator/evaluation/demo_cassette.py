@@ -16,8 +16,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from orchestrator.config.workspace import Workspace, init
 from orchestrator.evaluation import dataset, evaluate, runner
-from orchestrator.workspace import Workspace, init
 
 LAYERS = ("route", "review")
 SHIPPED = "demo/datasets/demo/cassette.json"

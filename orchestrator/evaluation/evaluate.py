@@ -6,12 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from orchestrator.config.workspace import Workspace
 from orchestrator.evaluation import ablations, runner
 from orchestrator.evaluation.dataset import Dataset
 from orchestrator.evaluation.runner import Model, RunResult
 from orchestrator.evaluation.scoring import TicketScore, score_tickets, summary
 from orchestrator.evaluation.stats import paired
-from orchestrator.workspace import Workspace
 
 # Per-ticket figures compared between a configuration and its ablation: (name in the
 # document, attribute of TicketScore).

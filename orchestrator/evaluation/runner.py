@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+from orchestrator.config.workspace import CONFIG_FILE, Workspace
 from orchestrator.errors import ConfigError, GraphError
 from orchestrator.evaluation import ablations
 from orchestrator.evaluation.dataset import Dataset
-from orchestrator.workspace import CONFIG_FILE, Workspace
 
 LEFT_OUT = {"inbox", "out", "runs", "quarantine", "datasets", "__pycache__"}
 # A week ago: inbox/ claims only files that have not changed for a moment.

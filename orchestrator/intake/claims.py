@@ -20,12 +20,12 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from orchestrator.config.workspace import Workspace
 from orchestrator.errors import UsageError
 from orchestrator.intake import inbox
 from orchestrator.intake.ticketfile import shown
 from orchestrator.run.records import RejectedFile
 from orchestrator.run.store import RunStore
-from orchestrator.workspace import Workspace
 
 
 def claim(workspace: Workspace, store: RunStore, names: list[str]) -> list[str]:

@@ -10,7 +10,7 @@
 A full disk, a read-only volume or a SIGKILL between two renames therefore leaves a run that
 `runs`, `status`, `resume` and `requeue` know, and a journal entry that the next `run` finds:
 it refuses to start (exit 3) while a claim that no live process holds has files, naming the
-run and the commands that fix it. `resume` finishes the claim (intake/start.py), `requeue`
+run and the commands that fix it. `resume` finishes the claim (submission/start.py), `requeue`
 puts the files back; either closes the entry. The journal is one small folder, so the next
 `run` looks at it without reading every run of the workspace.
 """
@@ -22,6 +22,7 @@ import json
 import os
 from pathlib import Path
 
+from orchestrator.config.workspace import Workspace
 from orchestrator.errors import RunStateError
 from orchestrator.exit_codes import ExitCode
 from orchestrator.intake import claims
@@ -29,7 +30,6 @@ from orchestrator.run import lease
 from orchestrator.run.ending import crash_text
 from orchestrator.run.records import RunMeta, RunPhase
 from orchestrator.run.store import RunStore
-from orchestrator.workspace import Workspace
 from workers import atomic
 
 JOURNAL_DIR = ".claiming"

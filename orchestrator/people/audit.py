@@ -14,10 +14,11 @@ from pathlib import Path
 
 from orchestrator.errors import UsageError
 from orchestrator.people import verdicts
-from orchestrator.people.verdicts import AUDITS, PersonVerdict
 from orchestrator.run import ids
+from orchestrator.run import verdicts as kept
 from orchestrator.run.records import TicketStatus
 from orchestrator.run.store import find
+from orchestrator.run.verdicts import AUDITS, PersonVerdict
 
 
 def sampled(run_id: str, ticket_id: str, share: float) -> bool:
@@ -46,7 +47,7 @@ def audit(
     verdict = "audit_good" if good else "audit_bad"
     final = draft if good else None
     made = verdicts.made_now(store, ticket_id, verdict, by, reason, draft, final)
-    verdicts.record(store, AUDITS, made)
+    kept.record(store, AUDITS, made)
     store.tracer(node="person", ticket=ticket_id).emit(
         "audited", verdict=verdict, by=by, reason=reason or None
     )

@@ -13,10 +13,11 @@ from typing import Literal
 
 from orchestrator.errors import UsageError
 from orchestrator.people import reply, verdicts
-from orchestrator.people.verdicts import HANDLED, PersonVerdict
 from orchestrator.run import ids
+from orchestrator.run import verdicts as kept
 from orchestrator.run.records import TicketStatus
 from orchestrator.run.store import RunStore, find
+from orchestrator.run.verdicts import HANDLED, PersonVerdict
 from workers import atomic
 
 Action = Literal["send", "edit", "close"]
@@ -45,7 +46,7 @@ def handle(
     record = store.record(ids.ticket(ticket_id))
     if record.status is not TicketStatus.NEEDS_HUMAN:
         raise UsageError(_not_handleable(store, ticket_id, record.status))
-    if (earlier := verdicts.read(store, HANDLED, ticket_id)) is not None:
+    if (earlier := kept.read(store, HANDLED, ticket_id)) is not None:
         raise UsageError(
             f"{ticket_id} of run {run_id} was handled already ({earlier.verdict} by "
             f"{earlier.by} at {earlier.at})"
@@ -58,7 +59,7 @@ def handle(
     verdict = "closed" if final is None else ("sent" if final == draft else "edited")
     out = None if final is None else str(Path("out") / f"{ticket_id}.txt")
     made = verdicts.made_now(store, ticket_id, verdict, by, reason, draft, final, out)
-    verdicts.record(store, HANDLED, made)
+    kept.record(store, HANDLED, made)
     if final is not None:
         atomic.write_text(ids.out_file(workspace, ticket_id), final + "\n")
     store.tracer(node="person", ticket=ticket_id).emit(
@@ -106,6 +107,6 @@ def _report_again(store: RunStore) -> None:
 
     if not store.report_path.exists():
         return
-    handled = verdicts.all_of(store, HANDLED)
+    handled = kept.all_of(store, HANDLED)
     text, _ = report.rendered(store.read(), handled=handled)
     store.write(store.report_path, text)

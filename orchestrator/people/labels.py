@@ -18,17 +18,16 @@ import fcntl
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Literal
 
 from pydantic import BaseModel, ValidationError
 
 from orchestrator.errors import RunStorageError
+from orchestrator.run.verdicts import Verdict
 
 FOLDER = "labels"
 FILE = "labels.jsonl"
 LOCK = ".lock"
 
-Verdict = Literal["sent", "edited", "closed", "audit_good", "audit_bad"]
 # What a person let go out as the machine wrote it, and what they would not.
 ACCEPTED: frozenset[str] = frozenset({"sent", "audit_good"})
 REJECTED: frozenset[str] = frozenset({"edited", "closed", "audit_bad"})

@@ -22,11 +22,11 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from orchestrator.errors import GraphError
-from orchestrator.people import audit, money, stops, verdicts
-from orchestrator.people.verdicts import AUDITS, HANDLED
-from orchestrator.run import approvals
+from orchestrator.people import audit, money, stops
+from orchestrator.run import approvals, verdicts
 from orchestrator.run.records import RunMeta, TicketRecord, TicketStatus
 from orchestrator.run.store import RunStore
+from orchestrator.run.verdicts import AUDITS, HANDLED
 
 Kind = Literal["call", "ticket", "audit"]
 KINDS: tuple[Kind, ...] = ("call", "ticket", "audit")

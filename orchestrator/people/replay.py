@@ -18,11 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orchestrator.config import tables
+from orchestrator.config import declarations, tables
 from orchestrator.config.tables import WorkspaceConfig
 from orchestrator.people import labels, reply
 from orchestrator.people.labels import ACCEPTED, REJECTED, Label
-from orchestrator.steps import declarations, gate, prompts
+from orchestrator.steps import gate, prompts
 
 
 @dataclass
@@ -99,7 +99,7 @@ def count(found: list[Label], rules: gate.Rules) -> Counts:
 
 def replay(workspace: Path, candidate: Path | None) -> dict[str, Counts]:
     """Today's rules (and the candidate file's) over every label of the workspace."""
-    from orchestrator.workspace import Workspace
+    from orchestrator.config.workspace import Workspace
 
     found = list(labels.read(workspace))
     current = rules_of(workspace, Workspace(workspace).config())

@@ -16,7 +16,7 @@ import logging
 import redis
 
 from orchestrator.broker.app import app
-from orchestrator.plan import events, fanout
+from orchestrator.coordination import events, fanout
 from orchestrator.plan.steps import Plan, Step
 from orchestrator.run.store import RunStore
 
@@ -88,7 +88,7 @@ def hand_on(
 ) -> str | None:
     """A ticket is done: the next one goes into its slot, and the barrier after the last.
     With `keep` the next ticket is held for `delivery` and returned for the caller to run
-    (plan/slot.py); None if another delivery holds it (a duplicate message got there first:
+    (coordination/slot.py); None if another delivery holds it (a duplicate message got there first:
     that one runs it). Without `keep` it is sent a message, and None returned."""
     fan = fanout.FanOut(store.run_id, attempt, step.name)
     handoff = fanout.advance(r, fan, ticket_id, delivery, keep=keep, ttl_s=ttl_s)

@@ -28,17 +28,18 @@ import redis
 from celery import Task
 from celery.exceptions import Reject
 
-from orchestrator.broker import control, outage, timelimits
+from orchestrator.broker import outage, timelimits
 from orchestrator.broker.app import OUTAGE_CONF_KEY, app, worker_llm
+from orchestrator.config import declarations
+from orchestrator.coordination import control, events, fanout, keys, slot
 from orchestrator.errors import RunStateError, RunStorageError
-from orchestrator.plan import canvas, events, fanout, keys, slot
+from orchestrator.plan import canvas
 from orchestrator.plan.steps import PLAN, Plan, Step
 from orchestrator.run import cancels, ending, ids, lease, totals
 from orchestrator.run.fence import EpochFence, path
 from orchestrator.run.records import CANCELLED, RunPhase, TicketRecord
 from orchestrator.run.store import RunStore
-from orchestrator.steps import declarations
-from orchestrator.steps.agent import TIME_LIMIT, shared_client
+from orchestrator.steps.agent import shared_client
 from orchestrator.steps.context import Context, fan_in
 from workers.errors import Cancelled, Superseded
 
@@ -225,7 +226,7 @@ def _per_ticket(
     task: Task, plan: Plan, step: Step, run_dir: str, attempt: str, ticket_id: str
 ) -> Summary:
     """Run the message's ticket, then the tickets its slot is handed next, in a row, while
-    the row allows (plan/slot.py); the rest go on by message."""
+    the row allows (coordination/slot.py); the rest go on by message."""
     row = slot.Row(task.request.id or "", step.task)
     summary = _one_ticket(row, plan, step, run_dir, attempt, ticket_id)
     while (ticket_id := row.take_next()) is not None:
@@ -312,7 +313,7 @@ def _held(
 
     def out_of_time() -> None:
         error = "still running at the hard time limit; its worker process was replaced"
-        ctx.fail_ticket(ticket_id, error, stop=TIME_LIMIT)
+        ctx.fail_ticket(ticket_id, error, stop=timelimits.TIME_LIMIT)
         hand_on(in_row=False)  # its process exits next: the next ticket gets a message
 
     try:
@@ -363,7 +364,7 @@ def _take_barrier(r: redis.Redis, ctx: Context, attempt: str, before: Step) -> N
 
 def _cancellable(ctx: Context, ticket_id: str | None) -> contextlib.AbstractContextManager[None]:
     """The step's cancel token watches the run folder (run/cancels.py) and is reached by a
-    live cancel (broker/control.py). Registered before the step looks at the folder, so a
+    live cancel (coordination/control.py). Registered before the step looks at the folder, so a
     cancel written after that look still reaches it."""
     ctx.cancel = cancels.Watch(ctx.store.dir, ticket_id)
     return control.running(ctx.store.run_id, ticket_id, ctx.cancel)

@@ -7,7 +7,7 @@ restarted (Celery's `revoke` lives in each worker's memory):
 Every task looks here before it starts its step, and every model request of a step looks
 again just before it is sent (`Watch`, the step's cancel token): so once `ticketgraph
 cancel` has written the file, no new request of the run starts anywhere. Requests and tools
-already running are stopped by the live message (broker/control.py). `resume` clears the
+already running are stopped by the live message (coordination/control.py). `resume` clears the
 folder: the run goes on from where the cancel stopped it.
 """
 

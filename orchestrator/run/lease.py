@@ -25,7 +25,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ValidationError
 
-from orchestrator.broker import process
+from orchestrator import process
 from orchestrator.errors import RunBusy, RunStateError
 from orchestrator.run.records import RunPhase
 from orchestrator.run.store import RunStore

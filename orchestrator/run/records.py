@@ -57,7 +57,7 @@ class NodeRecord(BaseModel):
     error: str | None = None
     cost_usd: float = 0.0
     estimated: int = 0  # replies whose usage the server left out (counted by us)
-    waited: int = 0  # requests that waited for the endpoint's cap (broker/ratecap.py)
+    waited: int = 0  # requests that waited for the endpoint's cap (coordination/ratecap.py)
 
     @property
     def done(self) -> bool:
@@ -250,7 +250,7 @@ class RunConfig(BaseModel):
     model: str
     max_turns: int
     budget_usd: float | None  # per agent run
-    # What the whole run, and one ticket, may spend across every worker (run/budget.py).
+    # What the whole run, and one ticket, may spend across every worker (coordination/budget.py).
     run_budget_usd: float | None = None
     ticket_budget_usd: float | None = None
     stop_after: str | None = None
@@ -265,7 +265,7 @@ class RunConfig(BaseModel):
     approval_expire_h: float = 72  # a call undecided this long ends needs_human
     audit_share: float = 0.0  # of the passes, sampled for a person to audit (people/audit.py)
     # A hash of the workers, templates and checks and of the modules they come from: a
-    # worker process whose own differs refuses the run's tasks (steps/declarations.py).
+    # worker process whose own differs refuses the run's tasks (config/declarations.py).
     fingerprint: str = ""
     scripted: bool = False  # the run is served by the workspace's scripted provider
     # The nodes of the run's plan that its report lists, in order (the plan's table).
@@ -273,8 +273,8 @@ class RunConfig(BaseModel):
 
 
 class BudgetTotals(BaseModel):
-    """A run's budget ledger (run/budget.py) as `status`, `runs`, the report and --json show
-    it (`budget`), copied into run.json at the end of each step and of the run."""
+    """A run's budget ledger (coordination/budget.py) as `status`, `runs`, the report and
+    --json show it (`budget`), copied into run.json at the end of each step and of the run."""
 
     limit_usd: float | None  # None: the run has no budget
     reserved_usd: float
@@ -285,7 +285,7 @@ class BudgetTotals(BaseModel):
     refused: int = 0  # calls not started for want of budget
     expired: int = 0  # holds whose holder died, returned by their lease
     spent: bool = False  # a call was refused for the run's limit: no further call starts
-    calls_waited: int = 0  # requests that waited for the endpoint's cap (broker/ratecap.py)
+    calls_waited: int = 0  # requests that waited for the endpoint's cap (coordination/ratecap.py)
 
 
 class RejectedFile(BaseModel):

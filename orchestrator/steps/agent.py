@@ -10,22 +10,21 @@ from pathlib import Path
 import redis
 from pydantic import BaseModel
 
-from orchestrator.broker import ratecap
-from orchestrator.run import budget
+from orchestrator.broker.timelimits import TIME_LIMIT
+from orchestrator.config.workspace import DEMO_SCENARIOS
+from orchestrator.coordination import budget, ratecap
 from orchestrator.run.records import CANCELLED, RoleSettings, RunConfig, StepUsage
 from orchestrator.run.store import ROUTER
 from orchestrator.steps import approval as steps_approval
 from orchestrator.steps.context import Context
-from orchestrator.workspace import DEMO_SCENARIOS
 from workers import loop
-from workers.client import ModelClient, RequestParams
+from workers.model.client import ModelClient, RequestParams
 from workers.provider.cassette import MISS
 from workers.settings import HarnessSettings
 from workers.state import Interruption, RunState, RunStatus, new_run
 from workers.tools import Catalog, Tool, ToolScope
 from workers.trace import Tracer
 
-TIME_LIMIT = "time_limit"  # the cancel reason of a task that reached its soft limit
 EXPIRED = "approval_expired"  # the stop of a ticket whose call expired undecided
 NO_SCRIPT = "no script matched the request"  # what the scripted provider answers then
 ROUTER_ROLE = "router"
@@ -124,7 +123,7 @@ def run_agent(
     if config.scripted and error and NO_SCRIPT in error:
         error += _no_script_hint(role)
     if error and MISS in error:  # a replayed run asked what its cassette does not hold
-        from orchestrator.evaluation.cassette import miss_sentence
+        from orchestrator.config.cassette import miss_sentence
 
         error = miss_sentence(error, state_path)
     return AgentResult(

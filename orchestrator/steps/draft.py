@@ -9,8 +9,9 @@ import os
 from pathlib import Path
 from typing import Any
 
+from orchestrator.config import declarations
 from orchestrator.run.records import StepUsage, TicketRecord, TicketStatus
-from orchestrator.steps import agent, approval, declarations, prompts, routing
+from orchestrator.steps import agent, approval, prompts, routing
 from orchestrator.steps.agent import AgentResult
 from orchestrator.steps.context import Context
 from workers.sandbox import Sandbox

@@ -23,7 +23,8 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-CHECKS = ("echo", "not_prose", "length", "unsupported_fact")
+from orchestrator.config.tables import CHECKS
+
 PROMPT_LABELS = ("ticket id:", "customer's text:")
 ECHO_SHARE = 0.5
 NGRAM = 5

@@ -9,8 +9,9 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from orchestrator.config.workspace import DEMO_SCENARIOS
+from orchestrator.coordination import budget as budget_ledger
 from orchestrator.exit_codes import ExitCode
-from orchestrator.run import budget as budget_ledger
 from orchestrator.run import ending
 from orchestrator.run.records import (
     FAILED_STOPS,
@@ -25,7 +26,6 @@ from orchestrator.run.records import (
 )
 from orchestrator.steps.context import Context
 from orchestrator.steps.routing import OTHER, TO_FILL
-from orchestrator.workspace import DEMO_SCENARIOS
 
 ONE_LINE_CHARS = 22
 SUMMARY_CHARS = 100
@@ -184,7 +184,7 @@ def rendered(
     handled: Mapping[str, Any] | None = None,
 ) -> tuple[str, int]:
     """The report (`render`) and how many tickets need a human, from one pass; a ticket a
-    person handled since (`handled`: ticket -> its record, people/verdicts.py) is listed
+    person handled since (`handled`: ticket -> its record, run/verdicts.py) is listed
     apart and still counted (the run's verdict does not change after it)."""
     handled = handled or {}
     rows: list[list[str]] = [TICKET_COLUMNS]
@@ -285,8 +285,8 @@ def report(ctx: Context) -> int:
     if ctx.redis is not None:
         budget_ledger.snapshot(ctx.redis, ctx.store)
     # Each record is read as its line is rendered, not all of them first.
-    # Tickets a person handled before a resume (people/verdicts.py) stay listed apart.
-    from orchestrator.people import verdicts
+    # Tickets a person handled before a resume (run/verdicts.py) stay listed apart.
+    from orchestrator.run import verdicts
 
     handled = verdicts.all_of(ctx.store, verdicts.HANDLED)
     text, needs_human = rendered(ctx.store.read({}), ctx.store.shown(), handled)

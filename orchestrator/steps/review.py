@@ -10,9 +10,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from orchestrator.config import declarations
 from orchestrator.run import ids
 from orchestrator.run.records import StepUsage, TicketRecord, TicketStatus
-from orchestrator.steps import agent, declarations, gate, prompts, report, routing
+from orchestrator.steps import agent, gate, prompts, report, routing
 from orchestrator.steps.agent import AgentResult
 from orchestrator.steps.context import Context
 from orchestrator.steps.draft import DRAFT, worker

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from orchestrator.config.workspace import DEMO_SCENARIOS
 from orchestrator.errors import RouteFailed
 from orchestrator.intake import inbox
 from orchestrator.run import ending
@@ -23,7 +24,6 @@ from orchestrator.run.store import ROUTER
 from orchestrator.steps import agent, batches, prompts, routing
 from orchestrator.steps.agent import AgentResult
 from orchestrator.steps.context import Context
-from orchestrator.workspace import DEMO_SCENARIOS
 from workers.state import RunStatus
 from workers.trace import Tracer
 

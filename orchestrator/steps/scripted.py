@@ -23,14 +23,14 @@ from pathlib import Path
 import yaml
 
 from orchestrator.config import layers
+from orchestrator.config.workspace import DEMO_SCENARIOS, Workspace
 from orchestrator.errors import ConfigError, UsageError
 from orchestrator.intake import inbox
 from orchestrator.run.records import RunConfig
 from orchestrator.steps import agent, prompts, routing
-from orchestrator.workspace import DEMO_SCENARIOS, Workspace
 from workers.errors import ScenarioError
+from workers.provider.request import ChatRequest, ConversationView
 from workers.provider.scenario import Scenario, Script, load_scenario
-from workers.provider.wire import ChatRequest, ConversationView
 
 CATEGORY = routing.TO_FILL  # the router's line for a ticket, until someone picks its category
 REPLY = "REPLY"  # a ticket's reply, until someone writes it

@@ -225,7 +225,7 @@ class View:
         form = await self._form(request)
 
         def act() -> str:
-            from orchestrator.cli import decisions
+            from orchestrator.submission import decisions
 
             return decisions.cancel(
                 self.settings.workspace,
@@ -247,7 +247,7 @@ class View:
             raise _Refused(400, f"400: {bad[0]!r} is not a ticket id")
 
         def act() -> str:
-            from orchestrator.cli import decisions
+            from orchestrator.submission import decisions
 
             moved = decisions.requeue(self.settings.workspace, run_id, tickets, _by(request))
             return moved or "nothing to requeue (no claimed file left)\n"
@@ -265,7 +265,7 @@ class View:
             return PlainTextResponse("400: a rejection needs a reason (the model reads it)\n", 400)
 
         def act() -> str:
-            from orchestrator.cli import decisions
+            from orchestrator.submission import decisions
 
             return decisions.decide(
                 self.settings.workspace,

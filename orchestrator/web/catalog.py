@@ -20,11 +20,11 @@ from typing import Any, NamedTuple
 
 from pydantic_core import from_json
 
-from orchestrator.cli.status import seconds_between, verdict_of
 from orchestrator.errors import RunStateError
 from orchestrator.run import ids
 from orchestrator.run.records import Routed, TicketStatus, spent
 from orchestrator.run.store import META_FILE, STATE_FILE, RunStore
+from orchestrator.submission.status import seconds_between, verdict_of
 
 HUMAN = TicketStatus.NEEDS_HUMAN.value
 WAITING = TicketStatus.AWAITING_APPROVAL.value

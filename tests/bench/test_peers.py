@@ -10,7 +10,7 @@ import pytest
 
 from bench.peers import seed_script
 from bench.peers.result import NEEDS_HUMAN, PASS, NodeUsage, PeerResult, PeerStatus
-from orchestrator.workspace import init_demo
+from orchestrator.config.workspace import init_demo
 from workers.provider import running_provider
 
 # DESIGN.md's reference run (seed 003): calls, tokens and review rounds per node.

@@ -10,8 +10,8 @@ import pytest
 
 from bench.workload import Workload, build
 from orchestrator.config import layers
+from orchestrator.config.workspace import Workspace
 from orchestrator.steps import batches, prompts
-from orchestrator.workspace import Workspace
 from workers import tokens
 from workers.provider import load_scenario, running_provider
 

@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from workers import loop
-from workers.client import ModelClient, RequestParams
 from workers.meter import OverBudget, WorstCase, worst_case
+from workers.model.client import ModelClient, RequestParams
 from workers.pricing import Price
 from workers.provider import running_provider
 from workers.settings import HarnessSettings

@@ -18,9 +18,9 @@ import pytest
 from tests.workers.conftest import RunScenario
 from workers import chapter, chapter_tools, loop, trace
 from workers.cancel import CancelToken
-from workers.client import ModelClient
 from workers.errors import Superseded
 from workers.fence import Fence
+from workers.model.client import ModelClient
 from workers.provider import running_provider
 from workers.settings import HarnessSettings
 from workers.state import RunState, RunStatus, new_run

@@ -27,12 +27,11 @@ _HOME = {
         "builtin_names",
         "load_scenario",
     ),
+    "request": ("ChatRequest", "ConversationView"),
     "server": ("main", "running_provider", "serve"),
     "wire": (
         "TOKENS_PER_MESSAGE",
         "TOKENS_REPLY_PRIMING",
-        "ChatRequest",
-        "ConversationView",
         "RenderedReply",
         "prompt_tokens",
         "render_reply",

@@ -13,7 +13,8 @@ import json
 import uuid
 from typing import Any
 
-from workers.provider.wire import ChatRequest, RenderedReply
+from workers.provider.request import ChatRequest
+from workers.provider.wire import RenderedReply
 
 STOP = {"tool_calls": "tool_use", "stop": "end_turn", "length": "max_tokens"}
 ERROR_TYPES = {

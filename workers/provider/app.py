@@ -33,14 +33,9 @@ from starlette.routing import Route
 
 from workers.provider import anthropic_messages
 from workers.provider.cassette import CHAT_PATH, MESSAGES_PATH, Cassette
+from workers.provider.request import ChatRequest, ConversationView, protocol_error
 from workers.provider.scenario import Fault, Scenario, Script
-from workers.provider.wire import (
-    ChatRequest,
-    ConversationView,
-    RenderedReply,
-    protocol_error,
-    render_reply,
-)
+from workers.provider.wire import RenderedReply, render_reply
 
 # What a proxy (nginx, a load balancer) sends when the server behind it fails.
 HTML_ERROR = (
@@ -80,7 +75,7 @@ class Stats:
     last_arrival_at: float | None = None
     rate_limited: int = 0  # requests answered 429 by the token rate (--tpm-limit)
     # Requests a strict endpoint (OpenAI's, Anthropic's) would refuse for breaking the
-    # tool-call rules, by why (wire.protocol_error); scripts are answered anyway, as tests
+    # tool-call rules, by why (request.protocol_error); scripts are answered anyway, as tests
     # step a script's turns with calls left unanswered.
     protocol_errors: Counter[str] = field(default_factory=Counter)
 

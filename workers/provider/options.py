@@ -122,11 +122,14 @@ def command(
             raise click.UsageError("--record needs --upstream URL, the model to record")
         from pathlib import Path
 
+        # Lazy, as the server below: --help must not import the recorder.
         from workers.provider.recorder import server
 
         print(f"recording {upstream} into {record} at http://{host}:{port}/v1", flush=True)
         server(Path(record), upstream, host, port).run()
         return 0
+    # Lazy, and the one way back up in workers/provider/ (tests/test_layers.py lists it):
+    # the server imports these options, and --help must not import the server.
     from workers.provider.server import run_from_options
 
     return run_from_options(scenarios, host, port, tpm_limit, tpm_window_s)

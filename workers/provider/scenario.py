@@ -56,8 +56,8 @@ literal (`^name$` with no regex metacharacters between) is indexed by that name,
 only tries the scripts indexed under its model and the scripts without such a literal, still
 in file order: with many per-model scripts, a request costs about the same as with a few.
 
-The request side (what a script is matched against, and the reply it renders) is in
-`wire.py`. This module is plain code over plain data: no HTTP lives here.
+What a script is matched against is in `request.py`, the reply it renders in `wire.py`.
+This module is plain code over plain data: no HTTP lives here.
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from workers.errors import ScenarioError
 
 if TYPE_CHECKING:
-    from workers.provider.wire import ConversationView
+    from workers.provider.request import ConversationView
 
 BUILTIN_PACKAGE = "workers.provider"
 BUILTIN_FOLDER = "scenarios"

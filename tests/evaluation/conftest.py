@@ -1,3 +1,0 @@
-"""The orchestrator tests' fixtures a demo workspace and the CLI as a subprocess, shared."""
-
-from tests.orchestrator.conftest import cli, demo  # noqa: F401  (fixtures)
