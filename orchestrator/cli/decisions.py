@@ -4,11 +4,10 @@ for a person, and a decision recorded; the rules are run/approvals.py's) and `ca
 
 from __future__ import annotations
 
-import getpass
 import json
 from pathlib import Path
 
-from orchestrator.run import approvals
+from orchestrator.run import approvals, signing
 from orchestrator.run.approvals import Standing
 from orchestrator.run.store import find
 
@@ -59,7 +58,9 @@ def decide(
     by: str | None,
     reason: str,
 ) -> str:
-    """Record a person's decision on the call `ticket` waits with; what to do next."""
+    """Record a person's decision on the call `ticket` waits with, signed with this user's
+    key (`ConfigError` saying how to set one up when none can sign); what to do next."""
+    signing.signer(workspace)
     store = find(workspace, run_id)
     made = approvals.decide(store, ticket, call_id, approved, by or _user(), reason)
     store.tracer(node="approval", ticket=ticket).emit(
@@ -159,7 +160,4 @@ _LATE = (
 
 
 def _user() -> str:
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):  # no name for this uid (a container): say who it was not
-        return "unknown"
+    return signing.user_name()

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
-from orchestrator.cli import flower, web
+from orchestrator.cli import flower, keys, web
 from orchestrator.cli.options import RunOptions, broker_option, run_options, workspace_option
 from orchestrator.errors import ConfigError, GraphError, RunBusy, UsageError
 from orchestrator.exit_codes import ExitCode
@@ -257,6 +257,7 @@ def init(folder: Path, template: str) -> int:
     Existing files are never overwritten.
     """
     from orchestrator.cli.console import plural
+    from orchestrator.run import signing
     from orchestrator.workspace import init as make
 
     created, kept = make(folder, template)
@@ -264,6 +265,8 @@ def init(folder: Path, template: str) -> int:
     print(f"{template} workspace in {folder}: {files} created, {len(kept)} kept as they were")
     for path in kept:
         print(f"  kept {path}")
+    print(f"decisions are signed with {signing.private_path()} (yours; keep it private); the")
+    print(f"  workers verify them with its public half in {folder}/{signing.KEYS}/")
     if template == "demo":
         print(f"next: cd {folder} && ticketgraph run")
     else:
@@ -841,6 +844,7 @@ def _add_provider() -> None:
 
 
 cli.add_command(flower.command, "flower")
+cli.add_command(keys.keys, "keys")
 cli.add_command(web.command, "web")
 _add_provider()
 for _command in cli.commands.values():

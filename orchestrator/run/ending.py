@@ -43,9 +43,7 @@ def end(
     return exit_code
 
 
-def _end(
-    store: RunStore, ends: Callable[[RunMeta], bool], trace: Callable[[], None]
-) -> int | None:
+def _end(store: RunStore, ends: Callable[[RunMeta], bool], trace: Callable[[], None]) -> int | None:
     """Under the run's lock: let `ends` end the run in its run.json (False: it had ended
     already, and its own exit code is returned), `trace` the end, write it, then count its
     totals and write them; None once done.
