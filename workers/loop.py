@@ -274,6 +274,12 @@ def _answer(state: RunState, h: Harness, call: ToolCall) -> str:
         args = tool.parse(arguments)
     except ToolError as exc:
         return _tool_failed(state, h, call, exc)
+    key = effects.idempotency_key(
+        h.scope.key_base, effects.place(state, call), name, args.model_dump()
+    )
+    # Before approval: a write the ledger answers does not run, so nobody needs to decide it.
+    if not tool.read_only and (answered := _written_before(state, h, call, tool, key)) is not None:
+        return answered
     if call.id not in state.approved and not _may_run(h, tool, args, call):
         h.tracer.emit("approval_required", tool=name, args=arguments, call_id=call.id)
         interruption = Interruption(
@@ -283,10 +289,6 @@ def _answer(state: RunState, h: Harness, call: ToolCall) -> str:
     if h.dedupe and tool.read_only and (earlier := _earlier_result(state, call)) is not None:
         h.tracer.emit("tool_result", tool=name, call_id=call.id, ms=0, ok=True, deduped=True)
         return earlier
-    at = effects.place(state, call)
-    key = effects.idempotency_key(h.scope.key_base, at, name, args.model_dump())
-    if not tool.read_only and (answered := _written_before(state, h, call, tool, key)) is not None:
-        return answered
     return _execute(state, h, call, tool, args, key)
 
 

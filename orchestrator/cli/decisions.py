@@ -9,7 +9,7 @@ from pathlib import Path
 
 from orchestrator.run import approvals, signing
 from orchestrator.run.approvals import Standing
-from orchestrator.run.store import find
+from orchestrator.run.store import RunStore, find
 
 
 def pending_text(workspace: Path, as_json: bool) -> str:
@@ -79,10 +79,13 @@ def decide(
     )
 
 
-def requeue(workspace: Path, run_id: str, tickets: list[str], by: str | None) -> str:
+def requeue(
+    workspace: Path, run_id: str, tickets: list[str], by: str | None, repeat_writes: bool = False
+) -> str:
     """Put the run's claimed files (all, or those of `tickets`) back into inbox/, recorded in
-    the run's trace with who did it; what moved and what stayed. `RunBusy` while the run is
-    being worked on."""
+    the run's trace with who did it; what moved and what stayed, and what the next run does
+    with each write they made (`repeat_writes`: every one runs again, with new keys).
+    `RunBusy` while the run is being worked on."""
     from orchestrator.intake import claims, journal
     from orchestrator.run import lease
     from orchestrator.workspace import Workspace
@@ -95,6 +98,8 @@ def requeue(workspace: Path, run_id: str, tickets: list[str], by: str | None) ->
     left = sorted(done.taken + done.back + done.gone)
     store.tracer(node="requeue").emit("requeued", by=by or _user(), files=done.moved, left=left)
     lines = [f"inbox/{name}" for name in done.moved]
+    if done.moved:
+        lines += writes_text(workspace, store, tickets, by or _user(), repeat_writes)
     if done.taken:
         taken = ", ".join(done.taken)
         lines.append(f"left in runs/{run_id}/claimed/ (name taken in inbox/): {taken}")
@@ -105,6 +110,25 @@ def requeue(workspace: Path, run_id: str, tickets: list[str], by: str | None) ->
         where = f"in neither runs/{run_id}/claimed/ nor inbox/ (moved or deleted)"
         lines.append(f"{', '.join(done.gone)}: {where}")
     return "".join(f"{line}\n" for line in lines)
+
+
+def writes_text(
+    workspace: Path, store: RunStore, tickets: list[str], by: str, repeat_writes: bool
+) -> list[str]:
+    """What the next run does with each write the requeued tickets made (the ledger's
+    answer, or running again), a line each; with `repeat_writes`, recorded (and traced)
+    as asked by `by`, so that they run again with new keys."""
+    from orchestrator.run import ledger
+
+    lines = []
+    for ticket in tickets or store.ticket_ids():
+        for write in ledger.of_ticket(workspace, store, ticket):
+            said = ledger.fate(write, repeat_writes)
+            lines.append(f"{ticket} {write.tool} (call {write.call_id}, {write.run_id}): {said}")
+        if repeat_writes:
+            ledger.repeat(workspace, ticket, by, store.run_id)
+            store.tracer(node="requeue", ticket=ticket).emit("writes_repeat_asked", by=by)
+    return lines
 
 
 def cancel(

@@ -536,19 +536,28 @@ def resume(run_id: str, opts: RunOptions, retry_failed: str, wait: bool) -> int:
 @click.argument("run_id")
 @click.argument("tickets", nargs=-1, metavar="[TICKET]...")
 @workspace_option
+@click.option(
+    "--repeat-writes",
+    is_flag=True,
+    help="Make the tickets' writes again (a refund filed twice): new idempotency keys, so "
+    "neither the ledger nor the tools' APIs answer them from before. Recorded with who asked.",
+)
 @reports_errors("requeue")
-def requeue(run_id: str, tickets: tuple[str, ...], workspace: Path) -> int:
+def requeue(run_id: str, tickets: tuple[str, ...], workspace: Path, repeat_writes: bool) -> int:
     """Put a run's ticket files back into inbox/.
 
     Move the files run RUN_ID claimed (all, or those of the named tickets) from
     runs/RUN_ID/claimed/ back into inbox/, where the next run claims them again. A file whose
     name is taken in inbox/ is left where it is. Refuses (exit 75) while the run is still
     being worked on. A run whose claim a crash cut short no longer stops later runs once
-    all its files are back.
+    all its files are back. Each write the tickets made (a refund) is listed with what the
+    next run does with it: answered from the workspace's ledger (not made again), or run
+    again; --repeat-writes makes them all again.
     """
     from orchestrator.cli import decisions
 
-    print(decisions.requeue(workspace, run_id, list(tickets), None), end="")
+    text = decisions.requeue(workspace, run_id, list(tickets), None, repeat_writes)
+    print(text, end="")
     return ExitCode.ALL_PASS
 
 
