@@ -14,6 +14,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from orchestrator.workspace import CONFIG_FILE
@@ -27,6 +28,7 @@ from tests.orchestrator.test_approvals import (
     _wait_for_tool_start,
     _with_refund,
 )
+from tests.web.conftest import web_server
 
 SLEEPY_REFUND = '''"""request_refund: waits 3 s, then files the refund (a kill lands before it)."""
 
@@ -108,6 +110,10 @@ def test_an_idempotent_refund_cut_by_a_kill_runs_once_with_one_key_and_requeue_n
     ticket = state(demo)["tickets"]["T-1001"]
     assert ticket["status"] == "pass" and not ticket.get("unsure_writes")
     refunded = _run_id(demo)
+    with web_server(demo, "--no-auth") as url:  # the web view says it before a requeue
+        page = httpx.get(f"{url}/runs/{refunded}/tickets/T-1001").text
+    assert "request_refund (call call_r1" in page
+    assert "on requeue, answered from the ledger" in page
 
     # Requeued: the same call has the same key, and the ledger answers it (no second refund).
     moved = cli("requeue", refunded, "T-1001", cwd=demo)
