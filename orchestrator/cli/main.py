@@ -377,8 +377,9 @@ def approve(run_id: str, ticket: str, workspace: Path, call_id: str | None, by: 
 
     The decision is recorded in the run folder at once, from any machine that sees the
     workspace, with or without workers or Redis: who, when, and the hash of the arguments
-    it was made for. A second decision on the same call, a call whose arguments changed, or
-    an unknown call is refused (exit 64). `ticketgraph resume RUN_ID` then finishes the
+    it was made for, signed with your key (`ticketgraph keys init`; exit 78 without one). A
+    second decision on the same call, a call whose arguments changed, or an unknown call is
+    refused (exit 64). `ticketgraph resume RUN_ID` then finishes the
     ticket, paying only for the model turns after the decision.
     """
     from orchestrator.cli import decisions
