@@ -343,7 +343,10 @@ def _count(
     run_dir = workspace / "runs" / state["run_id"]
     actions = run_dir / "actions.jsonl"
     lines = [json.loads(x) for x in actions.read_text().splitlines()] if actions.exists() else []
-    per_call = Counter((a["ticket"], a["call_id"]) for a in lines)
+    # Finance files one refund per idempotency key (the demo's request_refund passes it): a
+    # refund run again with its key after a crash is one refund; twice means two keys.
+    filed = {(a["ticket"], a["call_id"], a.get("key") or a["call_id"]) for a in lines}
+    per_call = Counter((ticket, call) for ticket, call, _ in filed)
     interrupted = any(
         "interrupted before its result was recorded" in (m.get("content") or "")
         for path in run_dir.glob("agents/T-1001.*.json")
@@ -358,7 +361,7 @@ def _count(
         exit_code=code,
         lost=lost,
         wrong_verdicts=wrong,
-        refunds=len(lines),
+        refunds=len(filed),
         refunds_twice=sum(c > 1 for c in per_call.values()),
         turns_twice=turns_twice(read_trace(run_dir / "run.jsonl")),
         write_interrupted=interrupted,

@@ -1,4 +1,6 @@
-"""Fixtures for graph tests: demo workspaces, the CLI as a real subprocess, scenario files."""
+"""Fixtures for the whole suite: demo workspaces, the CLI as a real subprocess, scenario files,
+and a configuration folder of the tests' own (XDG_CONFIG_HOME, where `init` makes the signing
+key)."""
 
 from __future__ import annotations
 
@@ -6,8 +8,10 @@ import contextlib
 import copy
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -258,3 +262,26 @@ def _wait_ready(proc: subprocess.Popen[bytes], log: Path, timeout: float = 60) -
         assert proc.poll() is None, f"worker exited:\n{tail}"
         assert time.monotonic() < deadline, f"worker not ready:\n{tail}"
         time.sleep(0.05)
+
+
+_HOME: dict[str, str] = {}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Point XDG_CONFIG_HOME at a folder of this test process for the whole session, as a
+    user's own: `init` makes the signing key there (run/signing.py), every CLI subprocess
+    inherits it, and the developer's ~/.config is never read or written."""
+    _HOME["old"] = os.environ.get("XDG_CONFIG_HOME", "")
+    _HOME["dir"] = tempfile.mkdtemp(prefix="ticketgraph-config-")
+    os.environ["XDG_CONFIG_HOME"] = _HOME["dir"]
+    os.environ.pop("TICKETGRAPH_SIGNING_KEY", None)
+    os.environ.pop("TICKETGRAPH_TRUSTED_KEYS", None)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Remove the session's configuration folder, and give the old value back."""
+    shutil.rmtree(_HOME.pop("dir", ""), ignore_errors=True)
+    if old := _HOME.pop("old", ""):
+        os.environ["XDG_CONFIG_HOME"] = old
+    else:
+        os.environ.pop("XDG_CONFIG_HOME", None)

@@ -17,6 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from workers import effects
 from workers.cancel import CancelToken
 from workers.errors import Cancelled, PermanentToolError, ProviderError, ToolError
 from workers.fence import UNFENCED, Fence
@@ -274,6 +275,12 @@ def _answer(state: RunState, h: Harness, call: ToolCall) -> str:
         args = tool.parse(arguments)
     except ToolError as exc:
         return _tool_failed(state, h, call, exc)
+    key = effects.idempotency_key(
+        h.scope.key_base, effects.place(state, call), name, args.model_dump()
+    )
+    # Before approval: a write the ledger answers does not run, so nobody needs to decide it.
+    if not tool.read_only and (answered := _written_before(state, h, call, tool, key)) is not None:
+        return answered
     if call.id not in state.approved and not _may_run(h, tool, args, call):
         h.tracer.emit("approval_required", tool=name, args=arguments, call_id=call.id)
         interruption = Interruption(
@@ -283,16 +290,35 @@ def _answer(state: RunState, h: Harness, call: ToolCall) -> str:
     if h.dedupe and tool.read_only and (earlier := _earlier_result(state, call)) is not None:
         h.tracer.emit("tool_result", tool=name, call_id=call.id, ms=0, ok=True, deduped=True)
         return earlier
-    if call.id in state.started_calls and not tool.read_only:
-        # A write that started before a crash may have happened; running it again might do it twice.
-        if call.id not in state.unsure_calls:
-            state.unsure_calls.append(call.id)
-        h.tracer.emit("write_unsure", tool=name, call_id=call.id)
-        return (
-            f"Error: an earlier attempt of this {name} call was interrupted before its result "
-            "was recorded; it may have taken effect. Check before calling it again."
+    return _execute(state, h, call, tool, args, key)
+
+
+def _written_before(
+    state: RunState, h: Harness, call: ToolCall, tool: Tool, key: str
+) -> str | None:
+    """What a write that was made before says now: its recorded result (the ledger has its
+    outcome), or that it may have happened (it was cut off, and is not safe to repeat);
+    None when it runs (for the first time, or again with the same key: `idempotent`)."""
+    earlier = h.scope.ledger.get(key) if h.scope.ledger is not None else None
+    if earlier is not None and earlier.done:
+        h.tracer.emit(
+            "write_from_ledger", tool=tool.name, call_id=call.id, key=key, made_by=earlier.run_id
         )
-    return _execute(state, h, call, tool, args)
+        return earlier.outcome.result  # type: ignore[union-attr]
+    cut_off = call.id in state.started_calls or (earlier is not None and earlier.cut_off)
+    if cut_off and tool.idempotent:
+        h.tracer.emit("write_repeated", tool=tool.name, call_id=call.id, key=key)
+        return None
+    if not cut_off:
+        return None
+    # A write that started before a crash may have happened; running it again might do it twice.
+    if call.id not in state.unsure_calls:
+        state.unsure_calls.append(call.id)
+    h.tracer.emit("write_unsure", tool=tool.name, call_id=call.id, key=key)
+    return (
+        f"Error: an earlier attempt of this {tool.name} call was interrupted before its result "
+        "was recorded; it may have taken effect. Check before calling it again."
+    )
 
 
 def _may_run(h: Harness, tool: Tool, args: BaseModel, call: ToolCall) -> bool:
@@ -303,12 +329,23 @@ def _may_run(h: Harness, tool: Tool, args: BaseModel, call: ToolCall) -> bool:
     return h.approval(tool, args, call.id)
 
 
-def _execute(state: RunState, h: Harness, call: ToolCall, tool: Tool, args: BaseModel) -> str:
+def _execute(
+    state: RunState, h: Harness, call: ToolCall, tool: Tool, args: BaseModel, key: str
+) -> str:
+    ledger = h.scope.ledger if not tool.read_only else None
     if not tool.read_only:
-        state.started_calls.append(call.id)
+        if call.id not in state.started_calls:
+            state.started_calls.append(call.id)
         _save(state, h)
+    if ledger is not None:
+        ledger.intend(key, tool.name, args.model_dump(), call.id, tool.idempotent)
     h.tracer.emit(
-        "tool_start", tool=tool.name, args=call.function.arguments, call_id=call.id, pid=os.getpid()
+        "tool_start",
+        tool=tool.name,
+        args=call.function.arguments,
+        call_id=call.id,
+        key=key,
+        pid=os.getpid(),
     )
     started = time.perf_counter()
     ctx = ToolContext(
@@ -319,6 +356,7 @@ def _execute(state: RunState, h: Harness, call: ToolCall, tool: Tool, args: Base
         tracer=h.tracer,
         model=state.model,
         call_id=call.id,
+        idempotency_key=key,
         ticket_id=h.scope.ticket_id,
         files=h.scope.files,
         record=h.scope.record,
@@ -329,9 +367,13 @@ def _execute(state: RunState, h: Harness, call: ToolCall, tool: Tool, args: Base
         raise _Stop(_cancelled(state, h)) from None
     except Exception as exc:
         state.tool_runs += 1
+        if ledger is not None:
+            ledger.settle(key, ok=False, result=f"Error: {exc}")
         _emit_result(h, call, tool.name, started, ok=False, error=str(exc))
         return _tool_failed(state, h, call, exc)
     state.tool_runs += 1
+    if ledger is not None:
+        ledger.settle(key, ok=True, result=result)
     _emit_result(h, call, tool.name, started, ok=True)
     return result
 

@@ -18,8 +18,12 @@ The JSON schema the model sees comes from the type hints (a pydantic model built
 description from the docstring's first paragraph, the name from the function. A parameter
 annotated `ToolContext` gets the call's context instead of an argument. `@tool(read_only=
 False)` marks a write: the harness records that it started before running it, so a crash
-never runs it twice. A `ToolError` goes back to the model as data; any other exception is
-the tool failing (the model is told that too, by default).
+never runs it twice, and the workspace's ledger answers a later run's same call from its
+recorded outcome (workers/effects.py). `@tool(read_only=False, idempotent=True)` says the
+write is safe to repeat with the same `ctx.idempotency_key` (its API deduplicates by it):
+cut off by a crash, it runs again with that key instead of ending `write_unsure`. A
+`ToolError` goes back to the model as data; any other exception is the tool failing (the
+model is told that too, by default).
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError, create_model
 
 from workers.cancel import CancelToken
+from workers.effects import Ledger
 from workers.errors import ToolError
 from workers.sandbox import Sandbox
 from workers.trace import Tracer
@@ -55,7 +60,10 @@ class ToolContext:
     charge: Callable[[float], None] = lambda _usd: None
     tracer: Tracer = field(default_factory=lambda: Tracer(None, ""))
     model: str = "scripted"
-    call_id: str = ""  # the model's id for this call: a write tool's idempotency key
+    call_id: str = ""  # the model's id for this call (unique in its transcript only)
+    # The same for this call on its first run, its resume and a requeue of its ticket: pass
+    # it to the API a write goes to, so the API deduplicates too (workers/effects.py).
+    idempotency_key: str = ""
     ticket_id: str = ""  # the ticket the agent works for ('' outside the graph)
     files: Sandbox | None = None  # what this worker may read (its `reads`)
     # Record one effect of a write (e.g. a refund requested) in the run's actions, with the
@@ -64,7 +72,11 @@ class ToolContext:
 
     def act(self, action: str, **fields: Any) -> None:
         """Record that this call did `action` (with `fields`) in the run's actions log."""
-        self.record({"action": action, "ticket": self.ticket_id, "call_id": self.call_id, **fields})
+        key = self.idempotency_key
+        self.record(
+            {"action": action, "ticket": self.ticket_id, "call_id": self.call_id, "key": key}
+            | fields
+        )
 
     def readable(self) -> Sandbox:
         """The files this worker may read; a `ToolError` if it may read none."""
@@ -81,6 +93,10 @@ class ToolScope:
     ticket_id: str = ""
     files: Sandbox | None = None
     record: Callable[[dict[str, Any]], None] = lambda _effect: None
+    # What the calls' idempotency keys are made of besides their place (workers/effects.py),
+    # and the ledger of writes that answers a call made before; None: no ledger.
+    key_base: str = ""
+    ledger: Ledger | None = None
 
 
 @dataclass
@@ -94,6 +110,7 @@ class Tool:
     read_only: bool = True
     needs_approval: bool = False
     function: Callable[..., Any] | None = None  # the function `@tool` made it from
+    idempotent: bool = False  # a write safe to repeat with the same idempotency key
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Call the function the tool was made from, as if undecorated."""
@@ -130,7 +147,11 @@ def tool(fn: Callable[..., Any], /) -> Tool: ...
 
 @typing.overload
 def tool(
-    *, name: str | None = None, read_only: bool = True, needs_approval: bool = False
+    *,
+    name: str | None = None,
+    read_only: bool = True,
+    needs_approval: bool = False,
+    idempotent: bool = False,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -141,12 +162,16 @@ def tool(
     name: str | None = None,
     read_only: bool = True,
     needs_approval: bool = False,
+    idempotent: bool = False,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Make a plain typed function a tool (`@tool`, or `@tool(read_only=False)` for a
-    write): its schema from the type hints, its description from the docstring."""
+    write, `idempotent=True` if it is safe to repeat with the same `ctx.idempotency_key`):
+    its schema from the type hints, its description from the docstring."""
 
     def make(f: Callable[..., Any]) -> Tool:
-        return from_function(f, name=name, read_only=read_only, needs_approval=needs_approval)
+        made = from_function(f, name=name, read_only=read_only, needs_approval=needs_approval)
+        made.idempotent = idempotent
+        return made
 
     return make(fn) if fn is not None else make
 

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
-from orchestrator.cli import evaluation, flower, people, web
+from orchestrator.cli import evaluation, flower, keys, people, web
 from orchestrator.cli.options import RunOptions, broker_option, run_options, workspace_option
 from orchestrator.errors import ConfigError, GraphError, RunBusy, UsageError
 from orchestrator.exit_codes import ExitCode
@@ -258,12 +258,15 @@ def init(folder: Path, template: str) -> int:
     """
     from orchestrator.cli.console import plural
     from orchestrator.config.workspace import init as make
+    from orchestrator.run import signing
 
     created, kept = make(folder, template)
     files = plural(len(created), "file")
     print(f"{template} workspace in {folder}: {files} created, {len(kept)} kept as they were")
     for path in kept:
         print(f"  kept {path}")
+    print(f"decisions are signed with {signing.private_path()} (yours; keep it private); the")
+    print(f"  workers verify them with its public half in {folder}/{signing.KEYS}/")
     if template == "demo":
         print(f"next: cd {folder} && ticketgraph run")
     else:
@@ -376,8 +379,9 @@ def approve(run_id: str, ticket: str, workspace: Path, call_id: str | None, by: 
 
     The decision is recorded in the run folder at once, from any machine that sees the
     workspace, with or without workers or Redis: who, when, and the hash of the arguments
-    it was made for. A second decision on the same call, a call whose arguments changed, or
-    an unknown call is refused (exit 64). `ticketgraph resume RUN_ID` then finishes the
+    it was made for, signed with your key (`ticketgraph keys init`; exit 78 without one). A
+    second decision on the same call, a call whose arguments changed, or an unknown call is
+    refused (exit 64). `ticketgraph resume RUN_ID` then finishes the
     ticket, paying only for the model turns after the decision.
     """
     from orchestrator.submission import decisions
@@ -541,10 +545,18 @@ def resume(run_id: str, opts: RunOptions, retry_failed: str, wait: bool) -> int:
     "--force",
     is_flag=True,
     help="Put back also a ticket whose write tools ran or that waits for a decision (a new "
-    "run would do those again).",
+    "run would do those again; the ledger answers writes it holds unless --repeat-writes).",
+)
+@click.option(
+    "--repeat-writes",
+    is_flag=True,
+    help="Make the tickets' writes again (a refund filed twice): new idempotency keys, so "
+    "neither the ledger nor the tools' APIs answer them from before. Recorded with who asked.",
 )
 @reports_errors("requeue")
-def requeue(run_id: str, tickets: tuple[str, ...], workspace: Path, force: bool) -> int:
+def requeue(
+    run_id: str, tickets: tuple[str, ...], workspace: Path, force: bool, repeat_writes: bool
+) -> int:
     """Put a run's ticket files back into inbox/.
 
     Move the files run RUN_ID claimed (all, or those of the named tickets) from
@@ -552,12 +564,16 @@ def requeue(run_id: str, tickets: tuple[str, ...], workspace: Path, force: bool)
     name is taken in inbox/ is left where it is. Refuses (exit 75) while the run is still
     being worked on. A run whose claim a crash cut short no longer stops later runs once
     all its files are back. A ticket whose write tools ran (actions.jsonl), or that waits for
-    a decision, is put back only with --force: without it the command names what would run
-    again and exits 64, moving nothing.
+    a decision, is put back only with --force (or --repeat-writes): without it the command
+    names what would run again and what the workspace's ledger would answer, and exits 64,
+    moving nothing. Each write the tickets made (a refund) is listed with what the next run
+    does with it: answered from the ledger (not made again), or run again; --repeat-writes
+    makes them all again.
     """
     from orchestrator.submission import decisions
 
-    print(decisions.requeue(workspace, run_id, list(tickets), None, force), end="")
+    text = decisions.requeue(workspace, run_id, list(tickets), None, force, repeat_writes)
+    print(text, end="")
     return ExitCode.ALL_PASS
 
 
@@ -855,6 +871,7 @@ def _add_provider() -> None:
 
 cli.add_command(evaluation.command, "eval")
 cli.add_command(flower.command, "flower")
+cli.add_command(keys.keys, "keys")
 cli.add_command(web.command, "web")
 people.register(cli)
 _add_provider()

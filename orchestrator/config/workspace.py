@@ -11,6 +11,7 @@ from pathlib import Path
 from orchestrator.config import tables
 from orchestrator.config.tables import WorkspaceConfig
 from orchestrator.errors import ConfigError, UsageError
+from orchestrator.run import signing
 
 CONFIG_FILE = "ticketgraph.toml"
 DEMO_SCENARIOS = "scenarios/demo.yaml"
@@ -90,8 +91,8 @@ def init_demo(root: Path) -> tuple[list[Path], list[Path]]:
 
 
 def init(root: Path, template: str) -> tuple[list[Path], list[Path]]:
-    """Copy the packaged workspace `template` (TEMPLATES) into `root`; never overwrite.
-    Returns (created, kept)."""
+    """Copy the packaged workspace `template` (TEMPLATES) into `root`; never overwrite; set
+    up the user's signing key (run/signing.py). Returns (created, kept)."""
     created: list[Path] = []
     kept: list[Path] = []
     source = resources.files("orchestrator").joinpath(template)
@@ -109,4 +110,8 @@ def init(root: Path, template: str) -> tuple[list[Path], list[Path]]:
             created.append(dest)
     for folder_name in ("inbox", "out"):
         (root / folder_name).mkdir(parents=True, exist_ok=True)
+    # Secure by default: whoever made the workspace can sign decisions in it (run/signing.py).
+    trusted = set((root / signing.KEYS).glob("*.pub"))
+    signing.set_up(root)
+    created += sorted(set((root / signing.KEYS).glob("*.pub")) - trusted)
     return created, kept

@@ -53,11 +53,14 @@ def _writes(store: RunStore) -> dict[str, list[str]]:
     return by_ticket
 
 
-def refusal(run_id: str, found: dict[str, list[str]]) -> str:
-    """The sentence a requeue without --force ends with."""
+def refusal(run_id: str, found: dict[str, list[str]], fates: list[str] | None = None) -> str:
+    """The sentence a requeue without --force ends with; `fates`: what the next run would do
+    with each write the workspace's ledger holds for them."""
     parts = [f"{ticket}: {'; '.join(said)}" for ticket, said in sorted(found.items())]
+    ledger = f" — the ledger: {' | '.join(fates)}" if fates else ""
     return (
         f"requeue of run {run_id} would run again what these tickets set in motion — "
         + " | ".join(parts)
+        + ledger
         + " — add --force to put them back in inbox/ anyway"
     )

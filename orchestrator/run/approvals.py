@@ -16,8 +16,10 @@ A decision file counts only if it decides the call as it was asked: made by a pe
 policy never decides a call its rule sent to a person), for the request's arguments (the
 same hash), before the call expired (`[approvals] expire_h` after it was asked). One that
 does not count is ignored (the call still waits, and `pending` says why) and set aside when
-the call is decided again. Anyone who can write the run folder can still write a decision
-that counts: decisions are not signed yet.
+the call is decided again. A person's decision counts only if it is signed with a key the
+workspace trusts (run/signing.py): one written or edited by hand does not. A policy's
+approval is a record, never an authority: the worker applies the rule itself, and a file
+that says the policy decided a call the rule sends to a person does not count.
 """
 
 from __future__ import annotations
@@ -35,8 +37,10 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BaseModel, ValidationError
 
 from orchestrator.errors import RunStateError, UsageError
+from orchestrator.run import signing
 from orchestrator.run.records import RunConfig, TicketStatus
 from orchestrator.run.store import RunStore
+from workers import effects
 from workers.trace import now_iso
 
 REQUESTS, DECISIONS, VOID = "approvals", "decisions", "void"
@@ -83,6 +87,9 @@ class Decision(BaseModel):
     at: Stamp
     reason: str = ""
     rule: str | None = None  # the policy's rule, when `by` is "policy"
+    run_id: str = ""
+    key_id: str | None = None  # the signer's key (run/signing.py); a person's decisions only
+    signature: str | None = None
 
 
 @dataclass
@@ -96,12 +103,7 @@ class Standing:
     expired: bool = False
 
 
-def args_hash(arguments: str | dict[str, Any]) -> str:
-    """A hash of a call's arguments as JSON with sorted keys (the same for the model's
-    string and for its parsed value)."""
-    value = json.loads(arguments or "{}") if isinstance(arguments, str) else arguments
-    canonical = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(canonical.encode()).hexdigest()
+args_hash = effects.args_hash  # one hash of a call's arguments: decisions' and the ledger's
 
 
 def _name(ticket: str, call_id: str) -> str:
@@ -152,6 +154,8 @@ def standing(store: RunStore, asked: Request, expire: float) -> Standing:
         return found
     made = decision(store, asked.ticket, asked.call_id)
     found.void = "it cannot be read" if made is None else _flaw(asked, made, expire)
+    if made is not None and found.void is None:
+        found.void = _unsigned(store, asked, made)
     if found.void is None:
         found.decided, found.expired = made, False
     return found
@@ -168,6 +172,13 @@ def _flaw(asked: Request, made: Decision, expire: float) -> str | None:
     if age_s(asked, _when(made.at)) > expire:
         return f"it was made after the call expired ({expire / 3600:g} h undecided)"
     return None
+
+
+def _unsigned(store: RunStore, asked: Request, made: Decision) -> str | None:
+    """Why a person's decision was not made by someone the workspace trusts, or None."""
+    if made.run_id != asked.run_id:
+        return f"it names another run ({made.run_id or 'none'})"
+    return signing.flaw(store.dir.parent.parent, made.model_dump())
 
 
 def set_aside(store: RunStore, ticket: str, call_id: str, why: str) -> None:
@@ -261,7 +272,10 @@ def decide(
         by=by,
         at=now_iso(),
         reason=reason,
+        run_id=asked.run_id,
     )
+    key = signing.signer(store.dir.parent.parent)
+    made.key_id, made.signature = signing.sign(key, made.model_dump())
     return record(store, made)
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.config import declarations
+from orchestrator.run import ledger as effect_ledger
 from orchestrator.run.records import StepUsage, TicketRecord, TicketStatus
 from orchestrator.steps import agent, approval, prompts, routing
 from orchestrator.steps.agent import AgentResult
@@ -70,7 +71,12 @@ def worker(
     spec = ctx.meta.config.workers[category]
     workspace = Path(ctx.meta.workspace)
     declared = declarations.load(workspace, ctx.meta.config)
-    scope = ToolScope(ticket_id, Sandbox(workspace, spec.reads), _recorder(ctx))
+    made = effect_ledger.history(workspace, ticket_id, ctx.ticket_text(ticket_id), name)
+    scope = ToolScope(ticket_id, Sandbox(workspace, spec.reads), _recorder(ctx), made.base())
+    scope.ledger = effect_ledger.ledger(workspace, ctx.store.run_id, made, ctx.store.fence)
+    if made.repeats:
+        asked = effect_ledger.repeats(workspace, ticket_id).asked[-1]
+        trace.emit("writes_repeat", agent=name, repeats=made.repeats, by=asked.by, at=asked.at)
     path = ctx.store.agent_path(ticket_id, name)
     policy = approval.gate(ctx, ticket_id, spec, declared.rule_functions)
     tools = declared.tools_of(spec)

@@ -4,13 +4,12 @@ for a person, and a decision recorded; the rules are run/approvals.py's) and `ca
 
 from __future__ import annotations
 
-import getpass
 import json
 from pathlib import Path
 
-from orchestrator.run import approvals
+from orchestrator.run import approvals, signing
 from orchestrator.run.approvals import Standing
-from orchestrator.run.store import find
+from orchestrator.run.store import RunStore, find
 
 
 def pending_text(workspace: Path, as_json: bool) -> str:
@@ -59,7 +58,9 @@ def decide(
     by: str | None,
     reason: str,
 ) -> str:
-    """Record a person's decision on the call `ticket` waits with; what to do next."""
+    """Record a person's decision on the call `ticket` waits with, signed with this user's
+    key (`ConfigError` saying how to set one up when none can sign); what to do next."""
+    signing.signer(workspace)
     store = find(workspace, run_id)
     made = approvals.decide(store, ticket, call_id, approved, by or _user(), reason)
     store.tracer(node="approval", ticket=ticket).emit(
@@ -79,12 +80,19 @@ def decide(
 
 
 def requeue(
-    workspace: Path, run_id: str, tickets: list[str], by: str | None, force: bool = False
+    workspace: Path,
+    run_id: str,
+    tickets: list[str],
+    by: str | None,
+    force: bool = False,
+    repeat_writes: bool = False,
 ) -> str:
     """Put the run's claimed files (all, or those of `tickets`) back into inbox/, recorded in
-    the run's trace with who did it; what moved and what stayed. `RunBusy` while the run is
-    being worked on; `UsageError` naming what would run again (a write its tools made, a
-    call that waits for a decision) unless `force`."""
+    the run's trace with who did it; what moved and what stayed, and what the next run does
+    with each write they made (`repeat_writes`: every one runs again, with new keys).
+    `RunBusy` while the run is being worked on; `UsageError` naming what they set in motion
+    (a write its tools made, a call that waits for a decision) and what the next run would
+    do with each write, unless `force` (or `repeat_writes`, which asks for the writes)."""
     from orchestrator.config.workspace import Workspace
     from orchestrator.errors import UsageError
     from orchestrator.intake import claims, journal
@@ -93,14 +101,18 @@ def requeue(
 
     store = find(workspace, run_id)
     lease.wait_free(store, wait=False)
-    if not force and (again := effects.would_run_again(store, tickets or store.ticket_ids())):
-        raise UsageError(effects.refusal(run_id, again))
+    chosen = tickets or store.ticket_ids()
+    if not (force or repeat_writes) and (again := effects.would_run_again(store, chosen)):
+        fates = [f"{line} (next run: {fate})" for line, fate in _fates(workspace, store, chosen)]
+        raise UsageError(effects.refusal(run_id, again, fates))
     names = claims.names_of(store, tickets)
     done = claims.requeue(Workspace(workspace), store, names)
     journal.requeued(store)  # a claim that never finished, emptied: no longer stranded
     left = sorted(done.taken + done.back + done.gone)
     store.tracer(node="requeue").emit("requeued", by=by or _user(), files=done.moved, left=left)
     lines = [f"inbox/{name}" for name in done.moved]
+    if done.moved:
+        lines += writes_text(workspace, store, tickets, by or _user(), repeat_writes)
     if done.taken:
         taken = ", ".join(done.taken)
         lines.append(f"left in runs/{run_id}/claimed/ (name taken in inbox/): {taken}")
@@ -111,6 +123,36 @@ def requeue(
         where = f"in neither runs/{run_id}/claimed/ nor inbox/ (moved or deleted)"
         lines.append(f"{', '.join(done.gone)}: {where}")
     return "".join(f"{line}\n" for line in lines)
+
+
+def _fates(workspace: Path, store: RunStore, tickets: list[str]) -> list[tuple[str, str]]:
+    """Each write the ledger holds for `tickets` and what a new run would do with it."""
+    from orchestrator.run import ledger
+
+    return [
+        (f"{ticket} {write.tool} (call {write.call_id}, {write.run_id})", ledger.fate(write, False))
+        for ticket in tickets
+        for write in ledger.of_ticket(workspace, store, ticket)
+    ]
+
+
+def writes_text(
+    workspace: Path, store: RunStore, tickets: list[str], by: str, repeat_writes: bool
+) -> list[str]:
+    """What the next run does with each write the requeued tickets made (the ledger's
+    answer, or running again), a line each; with `repeat_writes`, recorded (and traced)
+    as asked by `by`, so that they run again with new keys."""
+    from orchestrator.run import ledger
+
+    lines = []
+    for ticket in tickets or store.ticket_ids():
+        for write in ledger.of_ticket(workspace, store, ticket):
+            said = ledger.fate(write, repeat_writes)
+            lines.append(f"{ticket} {write.tool} (call {write.call_id}, {write.run_id}): {said}")
+        if repeat_writes:
+            ledger.repeat(workspace, ticket, by, store.run_id)
+            store.tracer(node="requeue", ticket=ticket).emit("writes_repeat_asked", by=by)
+    return lines
 
 
 def cancel(
@@ -166,7 +208,4 @@ _LATE = (
 
 
 def _user() -> str:
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):  # no name for this uid (a container): say who it was not
-        return "unknown"
+    return signing.user_name()

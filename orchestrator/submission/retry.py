@@ -79,6 +79,9 @@ def _take_up_decided(store: RunStore, plan: Plan) -> Reopened:
             )
             taken.expired.append(ticket_id)
         else:
+            if found.void is not None:  # named in the trace: it is refused, nothing runs
+                trace = store.tracer(node="approval", ticket=ticket_id)
+                trace.emit("decision_refused", call_id=asked.call_id, why=found.void)
             taken.still_waiting += 1
             continue
         store.save_ticket(ticket_id, ticket)

@@ -212,6 +212,7 @@ class View:
             raise NotFound(str(exc)) from None
         row = self.catalog.run(run_id)
         context = {"run": row, "story": told, "record": told.record}
+        context["writes"] = _writes(self.settings.workspace, run_store, ticket_id)
         return self._render(request, "ticket.html", context)
 
     async def metrics(self, request: Request) -> Response:
@@ -477,3 +478,10 @@ def _ticket_id(request: Request) -> str:
 def _by(request: Request) -> str:
     """Who acts: the login's user name, marked as the web view's."""
     return f"{request.scope.get('user_name', 'unknown')} (web)"
+
+
+def _writes(workspace: Path, run_store: store.RunStore, ticket_id: str) -> list[tuple[Any, str]]:
+    """The ticket's writes in the workspace's ledger, each with what a requeue does with it."""
+    from orchestrator.run import ledger
+
+    return [(w, ledger.fate(w, False)) for w in ledger.of_ticket(workspace, run_store, ticket_id)]

@@ -1,0 +1,153 @@
+"""The workspace's effect ledger: every tool write of every run, kept beside runs/ so that
+it outlives them, and what a ticket's calls' idempotency keys are made of.
+
+    ledger/id                  the workspace's id (made once; part of every key)
+    ledger/writes/<key>.json   one write: intent, outcome, run (workers/effects.py)
+    ledger/repeats/<ticket>.json
+                               who asked for the ticket's writes to be made again
+                               (`requeue --repeat-writes`), and when
+
+A ticket's key base is its workspace, its id, its text's hash, how many times a person
+asked its writes to be repeated and the agent (draft, review-k): none of these changes on
+resume, redelivery or requeue, so a requeued ticket's refund has the key it had and is
+answered from the ledger. `--repeat-writes` adds a repeat: every key of the ticket changes,
+and its writes run again, each with a new key.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import BaseModel, ValidationError
+
+from orchestrator.run.store import RunStore
+from workers import atomic
+from workers.effects import Ledger, Write, writes
+from workers.fence import UNFENCED, Fence
+from workers.trace import now_iso
+
+FOLDER = "ledger"
+
+
+class Repeat(BaseModel):
+    """A person's request that a ticket's writes be made again."""
+
+    by: str
+    at: str
+    run_id: str  # the run whose ticket was requeued
+
+
+class Repeats(BaseModel):
+    """Every repeat asked for one ticket, oldest first."""
+
+    asked: list[Repeat] = []
+
+
+def workspace_id(workspace: Path) -> str:
+    """The workspace's id, made the first time it is asked for (every machine that sees
+    the workspace reads the same one; its path may differ between them)."""
+    path = workspace / FOLDER / "id"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(uuid.uuid4().hex + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+    return path.read_text(encoding="utf-8").strip()
+
+
+def text_hash(text: str) -> str:
+    """The hash of a ticket's text that its keys are made of."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
+
+
+def repeats(workspace: Path, ticket: str) -> Repeats:
+    """The repeats asked for `ticket` (none when its file is missing or unreadable)."""
+    try:
+        return Repeats.model_validate_json(
+            (workspace / FOLDER / "repeats" / f"{ticket}.json").read_bytes()
+        )
+    except (FileNotFoundError, ValidationError):
+        return Repeats()
+
+
+def repeat(workspace: Path, ticket: str, by: str, run_id: str) -> Repeat:
+    """Record that `by` asked for `ticket`'s writes to be made again (its keys change)."""
+    asked = repeats(workspace, ticket)
+    made = Repeat(by=by, at=now_iso(), run_id=run_id)
+    asked.asked.append(made)
+    path = workspace / FOLDER / "repeats" / f"{ticket}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic.write_text(path, asked.model_dump_json(indent=1))
+    return made
+
+
+@dataclass
+class History:
+    """What the keys of one agent of a ticket are made of."""
+
+    workspace: str
+    ticket: str
+    text: str
+    repeats: int
+    agent: str
+
+    def base(self) -> str:
+        """The key base (workers/effects.py)."""
+        return f"{self.workspace}|{self.ticket}|{self.text}|{self.repeats}|{self.agent}"
+
+    def labels(self) -> dict[str, object]:
+        """What each write of this agent records besides its key."""
+        return {
+            "ticket": self.ticket,
+            "text": self.text,
+            "repeats": self.repeats,
+            "agent": self.agent,
+        }
+
+
+def history(workspace: Path, ticket: str, text: str, agent: str) -> History:
+    """The history the calls of `agent` about `ticket` (with this text) belong to."""
+    count = len(repeats(workspace, ticket).asked)
+    return History(workspace_id(workspace), ticket, text_hash(text), count, agent)
+
+
+def ledger(workspace: Path, run_id: str, made: History, fence: Fence = UNFENCED) -> Ledger:
+    """The workspace's ledger as one agent of a run writes to it."""
+    return Ledger(workspace / FOLDER / "writes", run_id, made.labels(), fence)
+
+
+def of_ticket(workspace: Path, store: RunStore, ticket: str) -> list[Write]:
+    """The ledger's writes that a new run of `ticket` (as `store` claimed it) would meet
+    under the same keys: same text, same number of repeats."""
+    try:
+        text = text_hash(store.ticket_path(ticket).read_text(encoding="utf-8"))
+    except OSError:
+        return []
+    count = len(repeats(workspace, ticket).asked)
+    return [
+        w
+        for w in writes(workspace / FOLDER / "writes")
+        if w.labels.get("ticket") == ticket
+        and w.labels.get("text") == text
+        and w.labels.get("repeats") == count
+    ]
+
+
+def fate(write: Write, repeat_writes: bool) -> str:
+    """What a new run of its ticket would do with `write`, in words."""
+    if repeat_writes:
+        return "runs again (--repeat-writes: a new key)"
+    if write.done:
+        return "answered from the ledger (not run again)"
+    if write.outcome is not None:
+        return "runs again (it failed)"
+    if write.idempotent:
+        return "runs again with the same key (cut off; its tool is idempotent)"
+    return "ends write_unsure (cut off; a person checks whether it happened)"
