@@ -40,7 +40,7 @@ from orchestrator.run.fence import EpochFence, path
 from orchestrator.run.records import CANCELLED, RunPhase, TicketRecord
 from orchestrator.run.store import RunStore
 from orchestrator.steps.agent import shared_client
-from orchestrator.steps.context import Context, fan_in
+from orchestrator.steps.context import Context, Follows, Stop, fan_in
 from workers.errors import Cancelled, Superseded
 
 T = TypeVar("T")
@@ -139,18 +139,29 @@ def _whole_run(plan: Plan, step: Step, run_dir: str, attempt: str) -> Summary:
         code = meta.exit_code
         _broker(lambda: events.publish(r, run_id, "run_end", exit_code=code), "ending a run")
         return {"step": step.name, "exit_code": code}
-    taking = result if isinstance(result, list) else []
+    taking = result
     pool = meta.config.pool_size
     send = lambda: canvas.send_next(r, plan, step, ctx.store, attempt, taking, pool)  # noqa: E731
     _broker(send, "sending the next step")
     return {"step": step.name, "tickets": len(taking)}
 
 
-def _close_then_run(ctx: Context, before: Step | None, step: Step) -> Any:
-    """Close the per-ticket step before `step` (its tickets are all done), then run `step`."""
+def _close_then_run(ctx: Context, before: Step | None, step: Step) -> list[str]:
+    """Close the per-ticket step before `step` (its tickets are all done), run `step`, and
+    end the run where its answer (or its row's stop point) says; return the tickets that go
+    on to the step after it."""
     if before is not None and before.per_ticket:
         _close_fan_out(ctx, before)
-    return step.run(ctx)
+    follows: Follows = step.run(ctx)
+    if isinstance(follows, Stop):
+        ending.stopped(ctx.store, follows.why)
+    elif isinstance(follows, int):
+        ending.verdict(ctx.store, follows)
+    elif step.stop_point and ctx.meta.config.stop_after == step.name:
+        ending.stop_early(ctx.store)  # where the run was asked to stop (exit 2, resumable)
+    else:
+        return follows
+    return []
 
 
 def _start_fan_out(plan: Plan, step: Step, run_dir: str, attempt: str) -> Summary:

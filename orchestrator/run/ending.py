@@ -71,6 +71,14 @@ def _end(store: RunStore, ends: Callable[[RunMeta], bool], trace: Callable[[], N
     return None
 
 
+def verdict(store: RunStore, exit_code: int) -> int:
+    """End the run done, with its verdict's exit code (a run already done keeps its own)."""
+    done = store.meta()
+    if done.status is RunPhase.DONE and done.exit_code is not None:
+        return done.exit_code
+    return end(store, RunPhase.DONE, exit_code)
+
+
 def stop_early(store: RunStore) -> int:
     """End the run at the stop point it was asked to stop at (exit 2, resumable)."""
     return end(store, RunPhase.STOPPED, ExitCode.STOPPED)

@@ -34,6 +34,19 @@ from workers.state import Interruption
 from workers.trace import Tracer, now_iso
 
 
+@dataclass(frozen=True)
+class Stop:
+    """What a whole-run step returns when the run must stop there, resumable (exit 2), for
+    `why`; the task layer ends the run (plan/tasks.py)."""
+
+    why: str
+
+
+# What a whole-run step returns: the tickets the per-ticket step after it takes, a `Stop`,
+# or (the last step) the exit code of the run's verdict.
+Follows = list[str] | Stop | int
+
+
 @dataclass
 class Context:
     """One step's view of a run: its files (written through the task's fence), this worker's

@@ -37,7 +37,7 @@ def review(ctx: Context, ticket_id: str) -> str:
         call = waiting.result.waiting
         return ctx.wait_for_person(ticket_id, call, None, loop.usage, loop.ticket)  # type: ignore[arg-type]
     ticket = loop.ticket
-    ticket.file = f"out/{ticket_id}.txt"
+    ticket.file = ids.out_name(ticket_id)
     ticket.gate_rounds, ticket.gate_reports, ticket.stop = loop.rounds, loop.reports, outcome.stop
     if outcome.stop == "gate_pass" and ticket.unsure_writes:
         # The reply may say a refund was filed that a crash cut off: a person checks.
