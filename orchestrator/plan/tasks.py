@@ -318,13 +318,13 @@ def _held(
     ctx.open_node()
     if (differ := declarations.mismatch(Path(ctx.meta.workspace), ctx.meta.config)) is not None:
         # Another version of the tools or checks than the run's: draft nothing with them.
-        status = ctx.fail_ticket(ticket_id, differ, stop=DECLARATIONS_DIFFER)
+        status = _failed(ctx, ticket_id, differ, stop=DECLARATIONS_DIFFER)
         hand_on()
         return status
 
     def out_of_time() -> None:
         error = "still running at the hard time limit; its worker process was replaced"
-        ctx.fail_ticket(ticket_id, error, stop=timelimits.TIME_LIMIT)
+        _failed(ctx, ticket_id, error, stop=timelimits.TIME_LIMIT)
         hand_on(in_row=False)  # its process exits next: the next ticket gets a message
 
     try:
@@ -333,18 +333,35 @@ def _held(
             _limited(ctx, f"{step.name} {ticket_id}", out_of_time),
         ):
             if (cancel := cancels.of(store.dir, ticket_id)) is not None:  # before paying
-                status: str = ctx.fail_ticket(ticket_id, cancel.why, stop=CANCELLED)
+                status = _failed(ctx, ticket_id, cancel.why, stop=CANCELLED)
             else:
-                status = step.run(ctx, ticket_id)
+                status = _saved(ctx, ticket_id, step.run(ctx, ticket_id, seen[0]))
     except (OSError, Superseded, RunStateError):
         raise
     except Exception as exc:
-        status = ctx.fail_ticket(ticket_id, f"{type(exc).__name__}: {exc}")
+        status = _failed(ctx, ticket_id, f"{type(exc).__name__}: {exc}")
     hand_on()
     if ctx.run_ended():  # while this ticket ran: count it in, and show its verdict
         totals.recount_quietly(ctx.store)
     lease.touch(ctx.store)  # the run makes progress: its lease stays live without its CLI
     return status
+
+
+def _saved(ctx: Context, ticket_id: str, ticket: TicketRecord) -> str:
+    """Save the ticket's record a per-ticket step returned, then trace what the step said
+    of it; return its status."""
+    ctx.store.save_ticket(ticket_id, ticket)
+    ctx.told()
+    return ticket.status.value
+
+
+def _failed(ctx: Context, ticket_id: str, error: str, stop: str = "worker_failed") -> str:
+    """Record a ticket's failure in its step as its verdict, from its record as saved (what
+    the step had not saved is not kept, nor what it would have traced of it)."""
+    ctx.untold()
+    return _saved(
+        ctx, ticket_id, ctx.failed(ticket_id, ctx.store.ticket(ticket_id), error, stop=stop)
+    )
 
 
 # --- what every task shares ------------------------------------------------------------------
