@@ -31,7 +31,7 @@ def routed(record: RunRecord, node: str) -> str:
 
 
 def drafted(record: RunRecord, node: str) -> str:
-    """The pool size, how many drafts the fan-out made, and of the tickets it took, how many
+    """The pool size, how many drafts the draft step made, and of the tickets it took, how many
     failed or wait for a person; tickets the router named nothing for were never drafted."""
     made = failed = waiting = 0
     for t in record.tickets.values():

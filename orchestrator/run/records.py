@@ -366,11 +366,14 @@ class RunMeta(BaseModel):
     totals: RunTotals | None = None  # set when the run ends, cleared when it is resumed
 
     def end(self, status: RunPhase, exit_code: int | None, error: str | None = None) -> None:
-        """Set where the run ended and the exit code cron will see (a run set running again
-        loses its totals)."""
+        """Set where the run ended and the exit code cron will see (run/ending.py ends a
+        run; a claim that has not finished reads crashed until it does)."""
         self.status, self.exit_code, self.error = status, exit_code, error
-        if status is RunPhase.RUNNING:
-            self.totals = None
+
+    def reopen(self) -> None:
+        """Set the run running again (a claim finished, or `resume`): no exit code, no
+        error, and no totals (they are counted again when it ends)."""
+        self.status, self.exit_code, self.error, self.totals = RunPhase.RUNNING, None, None, None
 
 
 class RunRecord(RunMeta):
