@@ -20,9 +20,9 @@ from tests.conftest import (
     REFERENCE_TICKETS,
     Cli,
     demo_scripts,
-    embedded_redis_servers,
     events,
     node_numbers,
+    orphaned_redis_servers,
     state,
     ticket_rows,
     variant,
@@ -33,7 +33,7 @@ from workers.settings import HarnessSettings
 
 
 def test_demo_run_reproduces_the_reference_table(demo: Path, cli: Cli) -> None:
-    before = embedded_redis_servers()
+    before = orphaned_redis_servers()
     done = cli("run", cwd=demo)
     assert done.returncode == 1, done.stderr
     record = state(demo)
@@ -66,7 +66,7 @@ def test_demo_run_reproduces_the_reference_table(demo: Path, cli: Cli) -> None:
     marks = [routes, "[fanout] pool size 2, 6 drafts", "[merge] wrote 6 files", "[review]", "==="]
     positions = [out.index(mark) for mark in marks]
     assert positions == sorted(positions), "progress lines print once each, in node order"
-    assert embedded_redis_servers() <= before, "the embedded redis-server outlived the run"
+    assert orphaned_redis_servers() <= before, "the embedded redis-server outlived the run"
 
 
 def test_all_pass_exits_zero(demo: Path, cli: Cli) -> None:
