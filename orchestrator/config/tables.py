@@ -58,6 +58,19 @@ def _a_workspace_file(name: str | None) -> str | None:
     return name
 
 
+def _workspace_files(names: list[str]) -> list[str]:
+    """Folders or files of the workspace a table names, each as `_a_workspace_file`."""
+    for name in names:
+        _a_workspace_file(name)
+    return names
+
+
+def _an_import_path_like(name: str, example: str) -> None:
+    """`ValueError` unless `name` is an import path ("module:name") like `example`."""
+    if not _an_import_path(name):
+        raise ValueError(f"{name!r} is not an import path like {example!r}")
+
+
 class GateConfig(_Table):
     """The deterministic gate and the review loop."""
 
@@ -87,8 +100,7 @@ class GateConfig(_Table):
     @classmethod
     def _import_paths(cls, checks: list[str]) -> list[str]:
         for path in checks:
-            if not _an_import_path(path):
-                raise ValueError(f"{path!r} is not an import path like 'my_checks:no_discounts'")
+            _an_import_path_like(path, "my_checks:no_discounts")
         return checks
 
 
@@ -143,20 +155,14 @@ class WorkerConfig(RoleConfig):
 
     _inside = field_validator("prompt_file")(_a_workspace_file)
 
-    @field_validator("reads")
-    @classmethod
-    def _safe_roots(cls, reads: list[str]) -> list[str]:
-        for root in reads:
-            if (problem := root_problem(root)) is not None:
-                raise ValueError(f"{root!r} {problem}")
-        return reads
+    _safe_roots = field_validator("reads")(_workspace_files)
 
     @field_validator("tools")
     @classmethod
     def _tool_names(cls, tools: list[str]) -> list[str]:
         for name in tools:
-            if ":" in name and not _an_import_path(name):
-                raise ValueError(f"{name!r} is not an import path like 'my_tools:track_parcel'")
+            if ":" in name:  # else a built-in tool's name
+                _an_import_path_like(name, "my_tools:track_parcel")
         return tools
 
     @model_validator(mode="after")
