@@ -1,4 +1,6 @@
-"""The options several commands share, declared once (as rq's CLI shares `url_option`)."""
+"""The options several commands share, declared once (as rq's CLI shares `url_option`): each
+flag has one spelling and one meaning across the commands; a command says in its own words
+what the flag does there (`--json`'s document, who `--by` names)."""
 
 from __future__ import annotations
 
@@ -6,9 +8,12 @@ import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
+
+if TYPE_CHECKING:
+    from orchestrator.cli.console import Mode
 
 F = Callable[..., Any]
 
@@ -46,6 +51,46 @@ def broker_option(help_default: str = "TICKETGRAPH_BROKER_URL, else embedded") -
     return click.option("--broker", metavar="URL", help=f"Redis URL (default: {help_default}).")
 
 
+def json_option(help: str) -> Callable[[F], F]:
+    """--json: print a document for a program instead of text (the handler's `as_json`)."""
+    return click.option("--json", "as_json", is_flag=True, help=help)
+
+
+def by_option(who: str) -> Callable[[F], F]:
+    """--by NAME: who does it, recorded with it (the handler's `by`; None: the user name)."""
+    return click.option("--by", help=f"Who {who} (default: your user name).")
+
+
+def reason_option(help: str, **kwargs: Any) -> Callable[[F], F]:
+    """--reason TEXT: why a person did it, recorded with it."""
+    return click.option("--reason", help=help, **kwargs)
+
+
+def wait_for_workers_option(default: float, help: str) -> Callable[[F], F]:
+    """--wait-for-workers SECONDS: how long to wait for the workers' answer."""
+    return click.option(
+        "--wait-for-workers",
+        type=click.FloatRange(min=0),
+        default=default,
+        show_default=True,
+        metavar="SECONDS",
+        help=help,
+    )
+
+
+def renamed(old: str, dest: str, new: str, **kwargs: Any) -> Callable[[F], F]:
+    """A former spelling `old` of the option `new` (whose value goes to `dest`), hidden from
+    --help and still accepted, with a note on stderr that it will go."""
+
+    def said(ctx: click.Context, _param: click.Parameter, value: Any) -> Any:
+        if ctx.get_parameter_source(dest) is click.ParameterSource.COMMANDLINE:
+            where = ctx.command_path
+            click.echo(f"{where}: {old} is now {new}; {old} will go in a later release", err=True)
+        return value
+
+    return click.option(old, dest, hidden=True, callback=said, **kwargs)
+
+
 @dataclass(frozen=True)
 class RunOptions:
     """What `run` and `resume` were told: where, which broker, how long to wait, what to
@@ -74,6 +119,15 @@ class RunOptions:
             raise ConfigError(SHARED_BROKER)
         return settings.model_copy(update={k: v.absolute() for k, v in update.items() if v})
 
+    def mode(self) -> Mode:
+        """What to print while the run works (console.Mode); --json and --quiet exclude
+        each other."""
+        from orchestrator.cli import console
+
+        if self.as_json and self.quiet:
+            raise click.UsageError("--json and --quiet go one at a time")
+        return console.mode(self.quiet, self.as_json, self.log_format)
+
 
 def run_options(f: F) -> F:
     """The options of `run` and `resume`, handed to the handler as one `RunOptions` (its
@@ -95,21 +149,14 @@ def run_options(f: F) -> F:
                 help="How long to wait for the verdict (default 3600); then the run stops (exit "
                 "2, resumable) and what it queued does nothing.",
             ),
-            click.option(
-                "--wait-for-workers",
-                type=click.FloatRange(min=0),
-                default=5.0,
-                show_default=True,
-                metavar="SECONDS",
-                help="With a shared broker: how long to wait for a worker to answer before "
+            wait_for_workers_option(
+                5.0,
+                "With a shared broker: how long to wait for a worker to answer before "
                 "giving up (exit 78; nothing is claimed).",
             ),
-            click.option(
-                "--json",
-                "as_json",
-                is_flag=True,
-                help="Print one JSON document at the end (schema: docs/run-document.schema."
-                "json) and nothing else on stdout.",
+            json_option(
+                "Print one JSON document at the end (schema: docs/run-document.schema."
+                "json) and nothing else on stdout."
             ),
             click.option(
                 "--budget",

@@ -6,13 +6,16 @@ from __future__ import annotations
 import socket
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from orchestrator.cli.flower import _cannot_listen
+from orchestrator.cli.listening import listening_on
 from orchestrator.cli.options import broker_option, listen_options, workspace_option
-from orchestrator.errors import ConfigError, UsageError
 from orchestrator.exit_codes import ExitCode
+
+if TYPE_CHECKING:
+    from orchestrator.config.environment import GraphSettings
 
 DEFAULT_ADDRESS = "127.0.0.1"
 DEFAULT_PORT = 8600
@@ -59,50 +62,48 @@ def command(
     """
     import uvicorn
 
-    from orchestrator.config import environment
-    from orchestrator.config.workspace import Workspace
     from orchestrator.web import login
     from orchestrator.web.app import application
-    from workers.settings import SettingsError
 
-    try:
-        Workspace(workspace).require()
-        settings = environment.settings(broker, None)
-        password = settings.web_password and settings.web_password.get_secret_value()
-        accepted = None if no_auth else login.required(settings.web_user, password)
-        url = settings.broker_url
-    except UsageError as exc:
-        print(f"ticketgraph web: {exc}", file=sys.stderr)
-        return ExitCode.USAGE
-    except (ConfigError, SettingsError) as exc:
-        print(f"ticketgraph web: {exc}", file=sys.stderr)
-        return ExitCode.CONFIG
+    settings = _settings(workspace, broker)
+    accepted = None if no_auth else login.required(settings.web_user, _password(settings))
     if no_auth:
-        print(
-            f"ticketgraph web: no login (--no-auth): read-only, whoever reaches "
-            f"{address}:{port} sees every ticket",
-            file=sys.stderr,
-        )
-    try:
+        _say(f"no login (--no-auth): read-only, whoever reaches {address}:{port} sees every ticket")
+    with listening_on(address, port):
         listening = _listen(address, port)
-    except OSError as exc:
-        if not _cannot_listen(exc):
-            raise
-        why = exc.strerror or str(exc)
-        print(f"ticketgraph web: cannot listen on {address}:{port}: {why}", file=sys.stderr)
-        return ExitCode.CONFIG
     hosts = _hosts(address, allowed_hosts)
     if hosts is None:
-        print(
-            f"ticketgraph web: listening on {address}, any Host header is served; name the "
-            "host with --allowed-host to refuse the others",
-            file=sys.stderr,
+        _say(
+            f"listening on {address}, any Host header is served; name the host with "
+            "--allowed-host to refuse the others"
         )
-    app = application(workspace, read_only=no_auth, login_=accepted, broker_url=url, hosts=hosts)
-    config = uvicorn.Config(app, log_level="warning", access_log=False)
+    app = application(
+        workspace, read_only=no_auth, login_=accepted, broker_url=settings.broker_url, hosts=hosts
+    )
     print(f"ticketgraph web: serving {workspace.resolve()} on http://{address}:{port}/", flush=True)
-    uvicorn.Server(config).run(sockets=[listening])
+    uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False)).run(
+        sockets=[listening]
+    )
     return ExitCode.ALL_PASS
+
+
+def _settings(workspace: Path, broker: str | None) -> GraphSettings:
+    """The graph's settings for the web view, once the workspace is known to be one."""
+    from orchestrator.config import environment
+    from orchestrator.config.workspace import Workspace
+
+    Workspace(workspace).require()
+    return environment.settings(broker, None)
+
+
+def _password(settings: GraphSettings) -> str | None:
+    """TICKETGRAPH_WEB_PASSWORD, read out of its secret wrapper only here."""
+    return settings.web_password and settings.web_password.get_secret_value()
+
+
+def _say(line: str) -> None:
+    """A line for the operator on stderr (stdout says where the pages are)."""
+    print(f"ticketgraph web: {line}", file=sys.stderr)
 
 
 def _hosts(address: str, allowed: tuple[str, ...]) -> list[str] | None:

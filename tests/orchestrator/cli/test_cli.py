@@ -456,7 +456,7 @@ def test_a_tampered_run_json_is_one_line_naming_the_field(cli: Cli, demo: Path) 
 
 LOADING = """
 import gc, json, sys
-from orchestrator.cli.main import _loading
+from orchestrator.cli.loading import loading as _loading
 if sys.argv[1] == "off":
     gc.disable()
 before = gc.get_stats()[0]["collections"]
