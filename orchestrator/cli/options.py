@@ -82,13 +82,15 @@ def renamed(old: str, dest: str, new: str, **kwargs: Any) -> Callable[[F], F]:
     """A former spelling `old` of the option `new` (whose value goes to `dest`), hidden from
     --help and still accepted, with a note on stderr that it will go."""
 
-    def said(ctx: click.Context, _param: click.Parameter, value: Any) -> Any:
-        if ctx.get_parameter_source(dest) is click.ParameterSource.COMMANDLINE:
-            where = ctx.command_path
-            click.echo(f"{where}: {old} is now {new}; {old} will go in a later release", err=True)
-        return value
+    def said(ctx: click.Context, _param: click.Parameter, value: Any) -> None:
+        if value is None:  # not given: the hidden spelling has no default
+            return
+        click.echo(f"{ctx.command_path}: {old} is now {new}; {old} will go", err=True)
+        # Given, it wins over `new`'s default (click keeps a value set by a callback).
+        ctx.params[dest] = value
+        ctx.set_parameter_source(dest, click.ParameterSource.COMMANDLINE)
 
-    return click.option(old, dest, hidden=True, callback=said, **kwargs)
+    return click.option(old, hidden=True, expose_value=False, callback=said, **kwargs)
 
 
 @dataclass(frozen=True)
