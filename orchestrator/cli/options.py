@@ -131,6 +131,68 @@ class RunOptions:
         return console.mode(self.quiet, self.as_json, self.log_format)
 
 
+# The options of `run` and `resume`, in the order --help shows them.
+_RUN_OPTIONS: tuple[Callable[[F], F], ...] = (
+    workspace_option,
+    broker_option(),
+    click.option(
+        "--timeout",
+        type=click.FloatRange(min=0, min_open=True),
+        metavar="SECONDS",
+        help="How long to wait for the verdict (default 3600); then the run stops (exit "
+        "2, resumable) and what it queued does nothing.",
+    ),
+    wait_for_workers_option(
+        5.0,
+        "With a shared broker: how long to wait for a worker to answer before "
+        "giving up (exit 78; nothing is claimed).",
+    ),
+    json_option(
+        "Print one JSON document at the end (schema: docs/run-document.schema."
+        "json) and nothing else on stdout."
+    ),
+    click.option(
+        "--budget",
+        type=click.FloatRange(min=0, min_open=True, max=1e6),
+        metavar="USD",
+        help="What the whole run may spend, across every worker (default [run] "
+        "budget_usd, or no limit). A call that the rest cannot cover does not start: "
+        "its ticket ends `budget`; resume with a higher --budget to finish it.",
+    ),
+    click.option("--quiet", "-q", is_flag=True, help="Print only the verdict line."),
+    click.option(
+        "--record",
+        type=click.Path(path_type=Path, dir_okay=False),
+        metavar="CASSETTE",
+        help="Keep every model request and reply of the run in CASSETTE (a JSON "
+        "file, added to if it exists), to replay offline with --replay "
+        "(TICKETGRAPH_RECORD). Embedded runs.",
+    ),
+    click.option(
+        "--replay",
+        type=click.Path(path_type=Path, dir_okay=False),
+        metavar="CASSETTE",
+        help="Answer every model request from CASSETTE instead of a model: offline, "
+        "free, identical; a request it does not hold fails its ticket "
+        "(TICKETGRAPH_REPLAY). Embedded runs.",
+    ),
+    click.option(
+        "--log-level",
+        type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], case_sensitive=False),
+        help="Show the embedded workers' own log (Celery's) on stderr from this level "
+        "(default: it goes to runs/<run>/workers.log; TICKETGRAPH_LOG_LEVEL).",
+    ),
+    click.option(
+        "--log-format",
+        type=click.Choice(["text", "json"]),
+        default="text",
+        show_default=True,
+        help="json: also write every trace event to stderr as one JSON line, as it "
+        "happens (text: a live view on a terminal, one line per node otherwise).",
+    ),
+)
+
+
 def run_options(f: F) -> F:
     """The options of `run` and `resume`, handed to the handler as one `RunOptions` (its
     `opts` argument)."""
@@ -140,68 +202,6 @@ def run_options(f: F) -> F:
         fields = {name: kwargs.pop(name) for name in RunOptions.__dataclass_fields__}
         return f(opts=RunOptions(**fields), **kwargs)
 
-    for option in reversed(
-        [
-            workspace_option,
-            broker_option(),
-            click.option(
-                "--timeout",
-                type=click.FloatRange(min=0, min_open=True),
-                metavar="SECONDS",
-                help="How long to wait for the verdict (default 3600); then the run stops (exit "
-                "2, resumable) and what it queued does nothing.",
-            ),
-            wait_for_workers_option(
-                5.0,
-                "With a shared broker: how long to wait for a worker to answer before "
-                "giving up (exit 78; nothing is claimed).",
-            ),
-            json_option(
-                "Print one JSON document at the end (schema: docs/run-document.schema."
-                "json) and nothing else on stdout."
-            ),
-            click.option(
-                "--budget",
-                type=click.FloatRange(min=0, min_open=True, max=1e6),
-                metavar="USD",
-                help="What the whole run may spend, across every worker (default [run] "
-                "budget_usd, or no limit). A call that the rest cannot cover does not start: "
-                "its ticket ends `budget`; resume with a higher --budget to finish it.",
-            ),
-            click.option("--quiet", "-q", is_flag=True, help="Print only the verdict line."),
-            click.option(
-                "--record",
-                type=click.Path(path_type=Path, dir_okay=False),
-                metavar="CASSETTE",
-                help="Keep every model request and reply of the run in CASSETTE (a JSON "
-                "file, added to if it exists), to replay offline with --replay "
-                "(TICKETGRAPH_RECORD). Embedded runs.",
-            ),
-            click.option(
-                "--replay",
-                type=click.Path(path_type=Path, dir_okay=False),
-                metavar="CASSETTE",
-                help="Answer every model request from CASSETTE instead of a model: offline, "
-                "free, identical; a request it does not hold fails its ticket "
-                "(TICKETGRAPH_REPLAY). Embedded runs.",
-            ),
-            click.option(
-                "--log-level",
-                type=click.Choice(
-                    ["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], case_sensitive=False
-                ),
-                help="Show the embedded workers' own log (Celery's) on stderr from this level "
-                "(default: it goes to runs/<run>/workers.log; TICKETGRAPH_LOG_LEVEL).",
-            ),
-            click.option(
-                "--log-format",
-                type=click.Choice(["text", "json"]),
-                default="text",
-                show_default=True,
-                help="json: also write every trace event to stderr as one JSON line, as it "
-                "happens (text: a live view on a terminal, one line per node otherwise).",
-            ),
-        ]
-    ):
+    for option in reversed(_RUN_OPTIONS):
         bundled = option(bundled)
     return bundled

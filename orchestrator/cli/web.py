@@ -16,6 +16,7 @@ from orchestrator.exit_codes import ExitCode
 
 if TYPE_CHECKING:
     from orchestrator.config.environment import GraphSettings
+    from orchestrator.web.login import Login
 
 DEFAULT_ADDRESS = "127.0.0.1"
 DEFAULT_PORT = 8600
@@ -62,28 +63,19 @@ def command(
     """
     import uvicorn
 
-    from orchestrator.web import login
     from orchestrator.web.app import application
 
     settings = _settings(workspace, broker)
-    accepted = None if no_auth else login.required(settings.web_user, _password(settings))
-    if no_auth:
-        _say(f"no login (--no-auth): read-only, whoever reaches {address}:{port} sees every ticket")
+    accepted = _login(settings, no_auth, f"{address}:{port}")
     with listening_on(address, port):
         listening = _listen(address, port)
     hosts = _hosts(address, allowed_hosts)
-    if hosts is None:
-        _say(
-            f"listening on {address}, any Host header is served; name the host with "
-            "--allowed-host to refuse the others"
-        )
     app = application(
         workspace, read_only=no_auth, login_=accepted, broker_url=settings.broker_url, hosts=hosts
     )
     print(f"ticketgraph web: serving {workspace.resolve()} on http://{address}:{port}/", flush=True)
-    uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False)).run(
-        sockets=[listening]
-    )
+    config = uvicorn.Config(app, log_level="warning", access_log=False)
+    uvicorn.Server(config).run(sockets=[listening])
     return ExitCode.ALL_PASS
 
 
@@ -96,9 +88,16 @@ def _settings(workspace: Path, broker: str | None) -> GraphSettings:
     return environment.settings(broker, None)
 
 
-def _password(settings: GraphSettings) -> str | None:
-    """TICKETGRAPH_WEB_PASSWORD, read out of its secret wrapper only here."""
-    return settings.web_password and settings.web_password.get_secret_value()
+def _login(settings: GraphSettings, no_auth: bool, where: str) -> Login | None:
+    """The login every page asks for (TICKETGRAPH_WEB_USER and _PASSWORD; `ConfigError`
+    without them); none with --no-auth, which is said on stderr."""
+    from orchestrator.web import login
+
+    if no_auth:
+        _say(f"no login (--no-auth): read-only, whoever reaches {where} sees every ticket")
+        return None
+    password = settings.web_password and settings.web_password.get_secret_value()
+    return login.required(settings.web_user, password)
 
 
 def _say(line: str) -> None:
@@ -107,9 +106,14 @@ def _say(line: str) -> None:
 
 
 def _hosts(address: str, allowed: tuple[str, ...]) -> list[str] | None:
-    """The Host header names to serve (None: any): the address and loopback's names, so a
-    page elsewhere whose name was rebound to this address gets 400, not the tickets."""
+    """The Host header names to serve (None: any, said on stderr): the address and
+    loopback's names, so a page elsewhere whose name was rebound to this address gets 400,
+    not the tickets."""
     if address in ("0.0.0.0", "::") and not allowed:
+        _say(
+            f"listening on {address}, any Host header is served; name the host with "
+            "--allowed-host to refuse the others"
+        )
         return None
     return sorted({address, "localhost", "127.0.0.1", *allowed})
 
