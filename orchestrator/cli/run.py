@@ -12,6 +12,7 @@ from orchestrator.cli.loading import loading
 from orchestrator.cli.options import RunOptions, run_options
 from orchestrator.cli.settings import checked
 from orchestrator.exit_codes import ExitCode
+from orchestrator.run.outline import STOP_POINTS
 
 if TYPE_CHECKING:
     from orchestrator.config.environment import GraphSettings
@@ -53,7 +54,7 @@ requeued."""
 )
 @click.option(
     "--stop-after",
-    type=click.Choice(["route", "merge"]),
+    type=click.Choice(STOP_POINTS),
     help="Stop after routing or after merge, before review (exit code 2; resumable).",
 )
 def run(opts: RunOptions, pool_size: int | None, stop_after: str | None) -> int:
