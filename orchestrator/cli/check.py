@@ -55,6 +55,11 @@ def _worker(
             lines.append(f"    {lint}")
     for tool in found.tools_of(spec):
         rule = spec.approval.get(tool.name)
+        if not tool.read_only and spec.angles:
+            lines.append(
+                f"    note: {tool.name} writes, and each angle runs its own calls: it may "
+                "write once per angle"
+            )
         if rule is not None:
             lines.append(f"    approval: {tool.name} waits for a person when {rule!r}")
         elif not tool.read_only and not tool.needs_approval:

@@ -238,6 +238,7 @@ def test_check_lints_every_angle_and_refuses_a_lone_angle(demo: Path, cli: Cli) 
         in done.stdout
     )
     assert "angle plain of worker billing's prompt" not in done.stdout
+    assert "note: request_refund writes, and each angle runs its own calls" in done.stdout
     config = demo / "ticketgraph.toml"
     text = config.read_text()
     config.write_text(text[: text.index("\n[workers.billing.angles.warm]")] + "\n")
