@@ -31,6 +31,7 @@ from orchestrator.cli import evaluation, flower, keys, people, web
 from orchestrator.cli.options import RunOptions, broker_option, run_options, workspace_option
 from orchestrator.errors import ConfigError, GraphError, RunBusy, UsageError
 from orchestrator.exit_codes import ExitCode
+from orchestrator.run.outline import STOP_POINTS
 
 if TYPE_CHECKING:
     from orchestrator.cli.console import Mode
@@ -309,7 +310,7 @@ def scenarios_init(workspace: Path) -> int:
 )
 @click.option(
     "--stop-after",
-    type=click.Choice(["route", "merge"]),
+    type=click.Choice(STOP_POINTS),
     help="Stop after routing or after merge, before review (exit code 2; resumable).",
 )
 @reports_errors("run")

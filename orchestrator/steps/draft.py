@@ -22,29 +22,29 @@ from workers.trace import Tracer
 DRAFT = "draft"  # the draft's agent state: agents/<ticket>.draft.json
 
 
-def draft(ctx: Context, ticket_id: str) -> str:
-    """Draft one ticket; a worker that gives no answer is the ticket's verdict."""
-    ticket = ctx.store.ticket(ticket_id)
+def draft(ctx: Context, ticket_id: str, ticket: TicketRecord) -> TicketRecord:
+    """Draft one ticket: its record, drafted; a worker that gives no answer is the ticket's
+    verdict."""
     trace = ctx.tracer(ticket=ticket_id)
     category = ticket.category or routing.OTHER
     config = ctx.meta.config
     if category not in config.workers:
         trace.emit("template_done")
         text = config.templates[category].format_map(_fields(ticket_id, ticket))
-        return _drafted(ctx, ticket_id, text, "template", StepUsage())
+        return _drafted(ctx, ticket_id, ticket, text, "template", StepUsage())
     handler = f"worker:{category}"
     task = prompts.draft_input(ticket_id, ctx.ticket_text(ticket_id))
     result, vote = _drafts(ctx, ticket_id, category, task, trace)
     if result.waiting is not None:
-        return ctx.wait_for_person(ticket_id, result.waiting, handler, result.usage)
+        return ctx.wait_for_person(ticket_id, ticket, result.waiting, handler, result.usage)
     if not result.ok:
         error = result.error or "no draft"
-        return ctx.fail_ticket(
-            ticket_id, error, handler, result.usage, result.retryable, result.stop
+        return ctx.failed(
+            ticket_id, ticket, error, handler, result.usage, result.retryable, result.stop
         )
     trace.emit("worker_done", round=1, calls=result.usage.calls, tokens=result.usage.tokens)
-    unsure = result.unsure_writes
-    return _drafted(ctx, ticket_id, result.text or "", handler, result.usage, unsure, vote)
+    text, unsure = result.text or "", result.unsure_writes
+    return _drafted(ctx, ticket_id, ticket, text, handler, result.usage, unsure, vote)
 
 
 def _drafts(
@@ -63,19 +63,19 @@ def _drafts(
 def _drafted(
     ctx: Context,
     ticket_id: str,
+    ticket: TicketRecord,
     text: str,
     handler: str,
     usage: StepUsage,
     unsure_writes: list[str] | None = None,
     vote: Vote | None = None,
-) -> str:
-    """Leave the draft in the run folder for merge, and mark the ticket drafted."""
+) -> TicketRecord:
+    """Leave the draft in the run folder for merge; the ticket's record, drafted (with the
+    vote between its worker's angles, if it has them)."""
     ctx.store.write(ctx.store.draft_path(ticket_id), text.strip() + "\n")
-    ticket = ctx.store.ticket(ticket_id)
     ticket.handler, ticket.draft, ticket.status = handler, usage, TicketStatus.DRAFTED
     ticket.unsure_writes, ticket.vote = list(unsure_writes or []), vote
-    ctx.store.save_ticket(ticket_id, ticket)
-    return ticket.status.value
+    return ticket
 
 
 def worker(

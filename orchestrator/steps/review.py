@@ -23,18 +23,18 @@ def rewrite_step(k: int) -> str:
     return f"review-{k}"
 
 
-def review(ctx: Context, ticket_id: str) -> str:
-    """Gate one draft; while it fails, send it back to its worker; stop on the four reasons."""
-    ticket = ctx.store.ticket(ticket_id)
+def review(ctx: Context, ticket_id: str, ticket: TicketRecord) -> TicketRecord:
+    """Gate one draft; while it fails, send it back to its worker; stop on the four reasons.
+    Return the ticket's record with its verdict."""
     trace = ctx.tracer(ticket=ticket_id)
     loop = ReviewLoop(ctx, ticket_id, ticket, trace)
     try:
         outcome = loop.run()
     except _Waiting as waiting:  # a rewrite's call needs a person: resume takes it up here
         call = waiting.result.waiting
-        return ctx.wait_for_person(ticket_id, call, None, loop.usage, loop.ticket)  # type: ignore[arg-type]
+        return ctx.wait_for_person(ticket_id, loop.ticket, call, None, loop.usage)  # type: ignore[arg-type]
     ticket = loop.ticket
-    ticket.file = f"out/{ticket_id}.txt"
+    ticket.file = ids.out_name(ticket_id)
     ticket.gate_rounds, ticket.gate_reports, ticket.stop = loop.rounds, loop.reports, outcome.stop
     if outcome.stop == "gate_pass" and ticket.unsure_writes:
         # The reply may say a refund was filed that a crash cut off: a person checks.
@@ -52,9 +52,8 @@ def review(ctx: Context, ticket_id: str) -> str:
         outcome.error,
     )
     ticket.retryable = outcome.retryable
-    ctx.store.save_ticket(ticket_id, ticket)
-    trace.emit("verdict", stop=ticket.stop, status=ticket.status.value)
-    return ticket.status.value
+    ctx.tell(ticket_id, "verdict", stop=ticket.stop, status=ticket.status.value)
+    return ticket
 
 
 @dataclass
