@@ -47,8 +47,8 @@ Exit codes:
     "layers",
     multiple=True,
     metavar="LAYER",
-    help="Also run without LAYER (route, review, evaluator, gate:CHECK; repeatable) and "
-    "print paired deltas with 95% intervals and the cost delta.",
+    help="Also run without LAYER (route, review, evaluator, voting, gate:CHECK; repeatable) "
+    "and print paired deltas with 95% intervals and the cost delta.",
 )
 @json_option("Print one JSON document.")
 @click.option(

@@ -149,6 +149,25 @@ class Routed(BaseModel, frozen=True):
             setattr(ticket, name, value)
 
 
+class Candidate(BaseModel):
+    """One angle's draft in a vote (steps/voting.py): how long it is, what the gate said of
+    it, and what it cost."""
+
+    angle: str
+    chars: int | None = None  # None: the angle gave no draft
+    passed: bool = False
+    report: str = ""  # the gate's report ("" when it passed), or why there was no draft
+    usage: StepUsage = StepUsage()
+
+
+class Vote(BaseModel):
+    """Which angle's draft a ticket went on with, and why: code chose, never a model."""
+
+    angle: str
+    why: str
+    candidates: list[Candidate] = []
+
+
 class TicketRecord(BaseModel):
     """One ticket's record: the seed's fields plus where it came from and what it cost."""
 
@@ -177,9 +196,10 @@ class TicketRecord(BaseModel):
     unsure_writes: list[str] = []
     # What each step paid for it: a step with a field of its own name keeps it there (draft
     # and review, as run-state.json has shown them since the seed), any other in `spent`.
-    draft: StepUsage = StepUsage()
+    draft: StepUsage = StepUsage()  # with angles: every angle's draft
     review: StepUsage = StepUsage()
     spent: dict[str, StepUsage] = {}  # what any other step paid for it, by step
+    vote: Vote | None = None  # its worker's angles, and the one whose draft won
 
     def spent_in(self, step: str) -> StepUsage:
         """What `step` paid for this ticket."""
@@ -232,10 +252,17 @@ class WorkerSpec(RoleSettings):
     """One category's worker as the run fixed it, so every machine drafts with exactly it."""
 
     description: str = ""
-    prompt: str = ""  # the system prompt's text
+    prompt: str = ""  # the system prompt's text (with angles: the first angle's)
+    # Angle name -> its system prompt's text, in the order declared (steps/voting.py);
+    # empty: the worker drafts once, with `prompt`.
+    angles: dict[str, str] = {}
     tools: list[str] = []
     reads: list[str] = []
     approval: dict[str, str] = {}
+
+    def prompt_of(self, angle: str | None) -> str:
+        """The system prompt of `angle`, or the worker's own (None)."""
+        return self.prompt if angle is None else self.angles[angle]
 
 
 class RunConfig(BaseModel):

@@ -20,6 +20,7 @@ from orchestrator.run.records import (
     RunRecord,
     TicketRecord,
     TicketStatus,
+    Vote,
     WaitingCall,
     spent,
 )
@@ -190,6 +191,7 @@ def rendered(
     rows: list[list[str]] = [TICKET_COLUMNS]
     needs_human: list[tuple[str, TicketRecord]] = []
     clamped: list[tuple[str, str | None]] = []
+    voted: list[tuple[str, Vote]] = []
     published = 0
     for ticket_id, t in record.tickets.items() if tickets is None else tickets:
         rows.append(ticket_cells(ticket_id, t))
@@ -198,6 +200,8 @@ def rendered(
             needs_human.append((ticket_id, t))
         if t.routing == "clamped":
             clamped.append((ticket_id, t.routed_as))
+        if t.vote is not None:
+            voted.append((ticket_id, t.vote))
     lines = [*node_table(record)]
     if (line := budget_line(budget(record))) is not None:
         lines.append(line)
@@ -219,6 +223,7 @@ def rendered(
             lines.append(f"      gate: {t.gate_reports[-1]}")
     lines += handled_lines(handled)
     lines += _clamped_lines(clamped)
+    lines += voted_lines(voted)
     if record.rejected:
         files = counted(
             len(record.rejected), "file that is not a ticket", "files that are not tickets"
@@ -251,6 +256,15 @@ def _clamped_lines(clamped: list[tuple[str, str | None]]) -> list[str]:
             f"    ({TO_FILL} is what `ticketgraph scenarios init` wrote: put each ticket's "
             f"category in its place in {DEMO_SCENARIOS})"
         )
+    return lines
+
+
+def voted_lines(voted: list[tuple[str, Vote]]) -> list[str]:
+    """The tickets drafted from several angles: the angle each went on with, and why."""
+    if not voted:
+        return []
+    lines = [f"voted between a worker's angles: {counted(len(voted), 'ticket')}"]
+    lines += [f"  - {i}: angle {v.angle}, {v.why}" for i, v in voted]
     return lines
 
 

@@ -52,6 +52,9 @@ def test_demo_run_reproduces_the_reference_table(demo: Path, cli: Cli) -> None:
         ("T-1006", "complaint", "other")
     ]
     assert sum(e["event"] in GRAPH_EVENTS for e in trace) == 39  # as in the seed's run
+    # No worker declares angles: no vote, one draft state per drafted ticket.
+    assert not [e for e in trace if e["event"] == "voted"]
+    assert all(t["vote"] is None for t in record["tickets"].values())
     harness = [
         e for e in trace if e["event"] in ("turn", "tool_start", "tool_result", "run_stopped")
     ]
