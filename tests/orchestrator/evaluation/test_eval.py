@@ -121,6 +121,10 @@ def test_a_label_export_is_a_dataset_and_eval_reports_agreement_with_it(
     assert [(x["ticket"], x["verdict"]) for x in labels] == [
         ("T-1004", "edited"), ("T-1001", "audit_good"), ("T-1002", "audit_bad"),
     ]  # fmt: skip
+    # A person files T-1001 under bug: a routing miss, not a disagreement with their verdict.
+    assert labels[1]["category"] == "billing"
+    labels[1]["category"] = "bug"
+    exported.write_text("".join(json.dumps(x) + "\n" for x in labels))
     # The router asks about every ticket at once, so the shipped cassette (the nine tickets)
     # holds no routing for these three: the run's own sentence says so.
     replayed = cli("eval", str(exported), "--replay", CASSETTE, cwd=demo)
@@ -133,10 +137,13 @@ def test_a_label_export_is_a_dataset_and_eval_reports_agreement_with_it(
     again = {t: s["statuses"][0] for t, s in doc["per_ticket"].items()}
     assert again == {t: statuses[t] for t in again}  # the eval's run did what the demo's did
     # T-1004 edited and needs_human, T-1001 good and a pass agree; T-1002 audited bad passes.
+    # (Hand-counted on the demo run's statuses: the eval's own run must do the same.)
     assert doc["label_agreement"] == pytest.approx(_agreement_by_hand(labels, statuses))
     assert doc["label_agreement"] == pytest.approx(2 / 3)
     assert doc["per_ticket"]["T-1002"]["misses"] == ["pass (expected needs_human, gate_pass)"]
-    assert doc["routing_accuracy"] == 1.0  # the person's category is the one the run gave
+    assert doc["per_ticket"]["T-1001"]["misses"] == ["category billing (expected bug)"]
+    assert doc["routing_accuracy"] == pytest.approx(2 / 3)
+    assert doc["expectations_met"] == pytest.approx(1 / 3)  # T-1004 alone meets all of it
     assert "label agreement 67%" in cli("eval", str(exported), cwd=demo).stdout
 
 
