@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from orchestrator.cli.group import Commands
-from orchestrator.cli.options import json_option, workspace_option
+from orchestrator.cli.options import count_option, json_option, workspace_option
 from orchestrator.cli.settings import checked
 from orchestrator.exit_codes import ExitCode
 
@@ -132,14 +132,7 @@ def show_status(run_id: str | None, workspace: Path, as_json: bool) -> int:
 
 @click.command()
 @workspace_option
-@click.option(
-    "--limit",
-    "-n",
-    type=click.IntRange(min=1),
-    default=20,
-    show_default=True,
-    help="How many runs.",
-)
+@count_option("--limit", "-n", default=20, help="How many runs.")
 @json_option("Print a JSON list.")
 def runs(workspace: Path, limit: int, as_json: bool) -> int:
     """List the recent runs with verdict, tickets, cost and duration.
