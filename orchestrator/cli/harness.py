@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from orchestrator.cli.options import count_option, file_option, json_option
+from orchestrator.cli.options import choice_option, count_option, file_option, json_option
 
 if TYPE_CHECKING:
     from workers.chapter import Options
@@ -25,11 +25,9 @@ if TYPE_CHECKING:
     help="USD budget, checked before every model call.",
 )
 @click.option("--dedupe", is_flag=True, help="Reuse results of repeated read-only calls.")
-@click.option(
+@choice_option(
     "--tool-errors",
-    type=click.Choice(["text", "bare", "fatal"]),
-    default="text",
-    show_default=True,
+    choices=["text", "bare", "fatal"],
     help="What the model hears when a tool fails: the error text, a bare 'Error', or nothing "
     "because the run fails.",
 )

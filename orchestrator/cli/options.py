@@ -96,6 +96,12 @@ def count_option(*decls: str, default: int, help: str, least: int = 1) -> Callab
     return click.option(*decls, type=kind, default=default, show_default=True, help=help)
 
 
+def choice_option(*decls: str, choices: list[str], help: str) -> Callable[[F], F]:
+    """One of `choices`, the first by default (shown in --help)."""
+    kind = click.Choice(choices)
+    return click.option(*decls, type=kind, default=choices[0], show_default=True, help=help)
+
+
 def renamed(old: str, dest: str, new: str, **kwargs: Any) -> Callable[[F], F]:
     """A former spelling `old` of the option `new` (whose value goes to `dest`), hidden from
     --help and still accepted, with a note on stderr that it will go."""
@@ -196,11 +202,9 @@ _RUN_OPTIONS: tuple[Callable[[F], F], ...] = (
         help="Show the embedded workers' own log (Celery's) on stderr from this level "
         "(default: it goes to runs/<run>/workers.log; TICKETGRAPH_LOG_LEVEL).",
     ),
-    click.option(
+    choice_option(
         "--log-format",
-        type=click.Choice(["text", "json"]),
-        default="text",
-        show_default=True,
+        choices=["text", "json"],
         help="json: also write every trace event to stderr as one JSON line, as it "
         "happens (text: a live view on a terminal, one line per node otherwise).",
     ),
