@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import click
 
-from orchestrator.cli.options import json_option, workspace_option
+from orchestrator.cli.options import cassette_option, count_option, json_option, workspace_option
 from orchestrator.exit_codes import ExitCode
 
 EPILOG = """\b
@@ -23,23 +24,18 @@ Exit codes:
 @click.command("eval", epilog=EPILOG)
 @click.argument("dataset", type=click.Path(path_type=Path, exists=True))
 @workspace_option
-@click.option(
+@cassette_option(
     "--replay",
-    type=click.Path(path_type=Path, dir_okay=False, exists=True),
-    metavar="CASSETTE",
-    help="Answer every model request from CASSETTE: offline, free, the same every time.",
+    "Answer every model request from CASSETTE: offline, free, the same every time.",
+    exists=True,
 )
-@click.option(
+@cassette_option(
     "--record",
-    type=click.Path(path_type=Path, dir_okay=False),
-    metavar="CASSETTE",
-    help="Keep every model exchange of the evaluation's runs (ablations too) in CASSETTE.",
+    "Keep every model exchange of the evaluation's runs (ablations too) in CASSETTE.",
 )
-@click.option(
+@count_option(
     "--repeat",
-    type=click.IntRange(min=1),
     default=1,
-    show_default=True,
     help="Run each configuration K times; figures are averaged and their spread shown.",
 )
 @click.option(
@@ -64,14 +60,10 @@ Exit codes:
 def command(
     dataset: Path,
     workspace: Path,
-    replay: Path | None,
-    record: Path | None,
-    repeat: int,
-    layers: tuple[str, ...],
-    as_json: bool,
     min_accuracy: float | None,
     min_pass: float | None,
     max_cost_per_ticket: float | None,
+    **asked: Any,
 ) -> int:
     """Evaluate the workspace on DATASET, and what each layer earns.
 
@@ -83,21 +75,18 @@ def command(
     agreement with labels, cost and latency per ticket (median, p95). --ablate LAYER runs
     the same tickets without a layer and prints the paired differences.
     """
-    return _evaluate(
-        dataset, workspace, replay, record, repeat, layers, as_json,
-        (min_accuracy, min_pass, max_cost_per_ticket),
-    )  # fmt: skip
+    return _evaluate(dataset, workspace, (min_accuracy, min_pass, max_cost_per_ticket), **asked)
 
 
 def _evaluate(
     dataset: Path,
     workspace: Path,
+    thresholds: tuple[float | None, float | None, float | None],
     replay: Path | None,
     record: Path | None,
     repeat: int,
     layers: tuple[str, ...],
     as_json: bool,
-    thresholds: tuple[float | None, float | None, float | None],
 ) -> int:
     from orchestrator.config.workspace import Workspace
     from orchestrator.errors import UsageError

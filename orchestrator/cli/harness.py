@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from orchestrator.cli.options import json_option
+from orchestrator.cli.options import choice_option, count_option, file_option, json_option
 
 if TYPE_CHECKING:
     from workers.chapter import Options
@@ -18,24 +18,16 @@ if TYPE_CHECKING:
 
 @click.command()
 @click.argument("scenario")
-@click.option(
-    "--max-turns",
-    type=click.IntRange(min=0),
-    default=20,
-    show_default=True,
-    help="Turn cap; 0 means none.",
-)
+@count_option("--max-turns", default=20, help="Turn cap; 0 means none.", least=0)
 @click.option(
     "--budget",
     type=click.FloatRange(min=0, min_open=True),
     help="USD budget, checked before every model call.",
 )
 @click.option("--dedupe", is_flag=True, help="Reuse results of repeated read-only calls.")
-@click.option(
+@choice_option(
     "--tool-errors",
-    type=click.Choice(["text", "bare", "fatal"]),
-    default="text",
-    show_default=True,
+    choices=["text", "bare", "fatal"],
     help="What the model hears when a tool fails: the error text, a bare 'Error', or nothing "
     "because the run fails.",
 )
@@ -47,25 +39,12 @@ if TYPE_CHECKING:
 )
 @click.option("--approve", is_flag=True, help="Approve calls that need approval.")
 @click.option("--reject", metavar="REASON", help="Decline them, with a reason ('' for none).")
-@click.option(
-    "--state",
-    type=click.Path(path_type=Path, dir_okay=False),
-    help="Save the run state here after every step.",
-)
-@click.option(
-    "--resume",
-    "resume_from",
-    type=click.Path(path_type=Path, dir_okay=False),
-    help="Resume the run saved in this state file.",
-)
+@file_option("--state", help="Save the run state here after every step.")
+@file_option("--resume", "resume_from", help="Resume the run saved in this state file.")
 @click.option(
     "--cancel-after", type=click.FloatRange(min=0), metavar="SECONDS", help="Press Stop after this."
 )
-@click.option(
-    "--trace",
-    type=click.Path(path_type=Path, dir_okay=False),
-    help="Append the JSONL trace to this file.",
-)
+@file_option("--trace", help="Append the JSONL trace to this file.")
 @click.option(
     "--workspace",
     type=click.Path(path_type=Path, file_okay=False),

@@ -11,18 +11,16 @@ from pathlib import Path
 import click
 
 from orchestrator.cli.group import Commands
-from orchestrator.cli.options import json_option, workspace_option
+from orchestrator.cli.options import choice_option, count_option, json_option, workspace_option
 from orchestrator.cli.settings import checked
 from orchestrator.exit_codes import ExitCode
 
 
 @click.command()
 @click.argument("folder", type=click.Path(path_type=Path, file_okay=False))
-@click.option(
+@choice_option(
     "--template",
-    type=click.Choice(["demo", "minimal"]),
-    default="demo",
-    show_default=True,
+    choices=["demo", "minimal"],
     help="demo: the lesson's six tickets, two workers, a template and scripted replies; "
     "minimal: a start of your own (two example workers, a template, a tools module "
     "skeleton, a real model's settings, no scripts).",
@@ -132,14 +130,7 @@ def show_status(run_id: str | None, workspace: Path, as_json: bool) -> int:
 
 @click.command()
 @workspace_option
-@click.option(
-    "--limit",
-    "-n",
-    type=click.IntRange(min=1),
-    default=20,
-    show_default=True,
-    help="How many runs.",
-)
+@count_option("--limit", "-n", default=20, help="How many runs.")
 @json_option("Print a JSON list.")
 def runs(workspace: Path, limit: int, as_json: bool) -> int:
     """List the recent runs with verdict, tickets, cost and duration.

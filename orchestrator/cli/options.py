@@ -78,6 +78,30 @@ def wait_for_workers_option(default: float, help: str) -> Callable[[F], F]:
     )
 
 
+def file_option(*decls: str, help: str, exists: bool = False, **kwargs: Any) -> Callable[[F], F]:
+    """An option naming one file (a `Path`; with `exists`, one that must be there)."""
+    kind = click.Path(path_type=Path, dir_okay=False, exists=exists)
+    return click.option(*decls, type=kind, help=help, **kwargs)
+
+
+def cassette_option(flag: str, help: str, exists: bool = False) -> Callable[[F], F]:
+    """--record or --replay CASSETTE: the model exchanges of a run, kept or answered from
+    (config/cassette.py)."""
+    return file_option(flag, metavar="CASSETTE", help=help, exists=exists)
+
+
+def count_option(*decls: str, default: int, help: str, least: int = 1) -> Callable[[F], F]:
+    """A whole number of at least `least`, with its default shown in --help."""
+    kind = click.IntRange(min=least)
+    return click.option(*decls, type=kind, default=default, show_default=True, help=help)
+
+
+def choice_option(*decls: str, choices: list[str], help: str) -> Callable[[F], F]:
+    """One of `choices`, the first by default (shown in --help)."""
+    kind = click.Choice(choices)
+    return click.option(*decls, type=kind, default=choices[0], show_default=True, help=help)
+
+
 def renamed(old: str, dest: str, new: str, **kwargs: Any) -> Callable[[F], F]:
     """A former spelling `old` of the option `new` (whose value goes to `dest`), hidden from
     --help and still accepted, with a note on stderr that it will go."""
@@ -160,19 +184,15 @@ _RUN_OPTIONS: tuple[Callable[[F], F], ...] = (
         "its ticket ends `budget`; resume with a higher --budget to finish it.",
     ),
     click.option("--quiet", "-q", is_flag=True, help="Print only the verdict line."),
-    click.option(
+    cassette_option(
         "--record",
-        type=click.Path(path_type=Path, dir_okay=False),
-        metavar="CASSETTE",
-        help="Keep every model request and reply of the run in CASSETTE (a JSON "
+        "Keep every model request and reply of the run in CASSETTE (a JSON "
         "file, added to if it exists), to replay offline with --replay "
         "(TICKETGRAPH_RECORD). Embedded runs.",
     ),
-    click.option(
+    cassette_option(
         "--replay",
-        type=click.Path(path_type=Path, dir_okay=False),
-        metavar="CASSETTE",
-        help="Answer every model request from CASSETTE instead of a model: offline, "
+        "Answer every model request from CASSETTE instead of a model: offline, "
         "free, identical; a request it does not hold fails its ticket "
         "(TICKETGRAPH_REPLAY). Embedded runs.",
     ),
@@ -182,11 +202,9 @@ _RUN_OPTIONS: tuple[Callable[[F], F], ...] = (
         help="Show the embedded workers' own log (Celery's) on stderr from this level "
         "(default: it goes to runs/<run>/workers.log; TICKETGRAPH_LOG_LEVEL).",
     ),
-    click.option(
+    choice_option(
         "--log-format",
-        type=click.Choice(["text", "json"]),
-        default="text",
-        show_default=True,
+        choices=["text", "json"],
         help="json: also write every trace event to stderr as one JSON line, as it "
         "happens (text: a live view on a terminal, one line per node otherwise).",
     ),

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import click
 
 from orchestrator.cli.loading import loading
-from orchestrator.cli.options import RunOptions, run_options
+from orchestrator.cli.options import RunOptions, choice_option, run_options
 from orchestrator.cli.settings import checked
 from orchestrator.exit_codes import ExitCode
 from orchestrator.run.outline import STOP_POINTS
@@ -92,11 +92,9 @@ def run(opts: RunOptions, pool_size: int | None, stop_after: str | None) -> int:
 @click.command(epilog=EXIT_CODES)
 @click.argument("run_id")
 @run_options
-@click.option(
+@choice_option(
     "--retry-failed",
-    type=click.Choice(["retryable", "all", "none"]),
-    default="retryable",
-    show_default=True,
+    choices=["retryable", "all", "none"],
     help="Failed tickets to try again: those that failed for a reason a retry may fix "
     "(provider errors, timeouts, crashes), all (after fixing a permanent cause such as an API "
     "key), or none.",

@@ -11,7 +11,7 @@ import click
 
 from orchestrator.cli import flower, web
 from orchestrator.cli.loading import loading
-from orchestrator.cli.options import broker_option, renamed
+from orchestrator.cli.options import broker_option, count_option, renamed
 from orchestrator.errors import ConfigError
 from workers.provider.options import command as provider
 
@@ -25,14 +25,7 @@ from workers.provider.options import command as provider
     help="Worker processes (default: one per core this process may use, as its CPU "
     "affinity and its cgroup's CPU quota allow).",
 )
-@click.option(
-    "--threads",
-    "-t",
-    type=click.IntRange(min=1),
-    default=8,
-    show_default=True,
-    help="Threads per process.",
-)
+@count_option("--threads", "-t", default=8, help="Threads per process.")
 @click.option("--hostname", help="Node name prefix, e.g. worker1 (default ticketgraph).")
 # The former short spelling: -n is `runs --limit` (as in `head -n`), so here it goes.
 @renamed("-n", "hostname", "--hostname")

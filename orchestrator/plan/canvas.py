@@ -12,6 +12,7 @@ a run, or resumes one, at the first step its records show unfinished.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import redis
 
@@ -30,9 +31,26 @@ def submit(r: redis.Redis, plan: Plan, store: RunStore, attempt: str) -> None:
     reports the verdict it recorded). The records are read only for a per-ticket step."""
     events.mark_submitted(r, store.run_id, attempt)
     step = plan.first_unfinished(store.nodes()) or plan.steps[-1]
+
+    def takers() -> tuple[list[str], int]:
+        taken = [i for i, t in store.records() if t.status is step.takes]
+        return taken, store.meta().config.pool_size
+
+    _start(r, plan, step, store, attempt, takers)
+
+
+def _start(
+    r: redis.Redis,
+    plan: Plan,
+    step: Step,
+    store: RunStore,
+    attempt: str,
+    taking: Callable[[], tuple[list[str], int]],
+) -> None:
+    """Send `step`: its task, for a whole-run step; for a per-ticket one, its fan-out over
+    the tickets `taking` gives, at most the pool size it gives in flight (asked only then)."""
     if step.per_ticket:
-        takers = [i for i, t in store.records() if t.status is step.takes]
-        fan_out(r, plan, step, store, attempt, takers, store.meta().config.pool_size)
+        fan_out(r, plan, step, store, attempt, *taking())
     else:
         _send(step.task, str(store.dir), attempt)
 
@@ -66,13 +84,8 @@ def send_next(
 ) -> None:
     """A whole-run step finished: send the step after it (a fan-out over `taking`, at most
     `pool` in flight, if it is per-ticket)."""
-    after = plan.after(step)
-    if after is None:
-        return
-    if after.per_ticket:
-        fan_out(r, plan, after, store, attempt, taking, pool)
-    else:
-        _send(after.task, str(store.dir), attempt)
+    if (after := plan.after(step)) is not None:
+        _start(r, plan, after, store, attempt, lambda: (taking, pool))
 
 
 def hand_on(
