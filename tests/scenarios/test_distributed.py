@@ -191,7 +191,7 @@ def test_a_run_waiting_for_workers_starts_when_one_comes_up_within_the_wait(
 def test_a_run_that_times_out_stops_and_what_it_queued_pays_nothing(
     tmp_path: Path, demo: Path, cli: Cli
 ) -> None:
-    """One worker thread. Run A's routing call takes 6 s; run B, submitted meanwhile, waits
+    """One worker thread. Run A's routing call takes 12 s; run B, submitted meanwhile, waits
     in the queue behind it. Both `run --timeout 0.5`: exit 2 (stopped, resumable). A's call
     in flight finishes and is kept but starts nothing more; B's queued route task, taken
     once the thread is free, pays nothing: the provider sees A's one request. `resume` then
@@ -199,8 +199,9 @@ def test_a_run_that_times_out_stops_and_what_it_queued_pays_nothing(
     import httpx
 
     # Long enough for B's command to start and stop its run while the thread is busy, also
-    # on a loaded machine (at 3 s, B's run was sometimes still running when the thread freed).
-    slow = variant(demo_scripts(), "router", latency_ms=6000)
+    # on a loaded machine (at 3 s, and at 6 s with the suite on 4 processes beside other
+    # work, B's run was sometimes still running when the thread freed).
+    slow = variant(demo_scripts(), "router", latency_ms=12000)
     scenario = write_scenarios(tmp_path / "slow.yaml", slow)
     queued = tmp_path / "queued"
     init_demo(queued)
@@ -215,7 +216,7 @@ def test_a_run_that_times_out_stops_and_what_it_queued_pays_nothing(
                 assert "no verdict after 0.5 s" in done.stdout
             a, b = state(demo), state(queued)
             assert a["status"] == b["status"] == "stopped_early"
-            deadline = time.monotonic() + 20  # A's call ends (6 s), then B's task is taken
+            deadline = time.monotonic() + 30  # A's call ends (12 s), then B's task is taken
             while httpx.get(stats).json()["in_flight"] or not _route_done(demo, a["run_id"]):
                 assert time.monotonic() < deadline, "the route call never finished"
                 time.sleep(0.1)
