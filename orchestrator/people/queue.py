@@ -84,6 +84,17 @@ def items(workspace: Path, filters: Filters | None = None) -> list[Item]:
     return sorted(found, key=lambda i: (i.since, i.run_id, i.ticket), reverse=filters.newest_first)
 
 
+def age_words(seconds: float) -> str:
+    """An age a person reads at a glance: 45 s, 12 min, 3.5 h, 2.1 d."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 48 * 3600:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} d"
+
+
 def counts(found: Iterable[Item]) -> dict[str, int]:
     """How many items of each kind."""
     total = dict.fromkeys(KINDS, 0)

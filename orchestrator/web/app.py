@@ -1,13 +1,21 @@
 """The web view's application: pages for the runs, a run and a ticket, /metrics, and the
-operator's actions (approve, reject, cancel, requeue) as POSTs calling the CLI's own code.
+operator's actions (approve, reject, cancel, requeue) as POSTs calling the CLI's own code;
+the queue of what waits for a person and its actions are people.py's.
 
     GET  /                                       runs, newest first (filter, pages)
+    GET  /queue                                  what waits for a person, across runs
     GET  /runs/<run>                             a run: steps, counts, tickets (live)
     GET  /runs/<run>/tickets/<ticket>            a ticket's whole story
     GET  /metrics                                Prometheus text
     POST /runs/<run>/cancel                      ticketgraph cancel
-    POST /runs/<run>/requeue                     ticketgraph requeue
+    POST /runs/<run>/requeue                     ticketgraph requeue (asks first when a
+                                                 ticket would set something in motion again)
     POST /runs/<run>/tickets/<ticket>/decide     ticketgraph approve / reject
+
+A mistake in a form shows its page again with what was typed and what to do; a form whose
+CSRF token went stale (the server restarted) is shown again, to be sent once more. No
+response names a path of the server: what the CLI's code says is made relative to the
+workspace first.
 
 Every id from a URL passes the id rules (run/ids.py) before a path is built from it. Pages
 are Jinja2 templates with autoescaping on: ticket text, replies and tool output are customer
@@ -37,10 +45,12 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from orchestrator.errors import GraphError, RunStateError, UsageError
+from orchestrator.people import effects, money, queue, stops
 from orchestrator.run import ids, store
 from orchestrator.steps import report
 from orchestrator.web import login, metrics, story
 from orchestrator.web.catalog import Catalog, RunRow, TicketRow
+from orchestrator.web.people import People
 
 HERE = Path(__file__).parent
 RUNS_PER_PAGE = 50
@@ -76,17 +86,23 @@ def application(
     None: any), so a web page whose name was rebound to this address reads nothing."""
     settings = Settings(workspace.resolve(), read_only or login_ is None, broker_url)
     view = View(settings)
+    people = view.people
     routes = [
         Route("/", view.runs_page),
+        Route("/queue", people.queue_page),
+        Route("/queue/decide", people.decide_many, methods=["POST"]),
         Route("/metrics", view.metrics),
         Route("/runs/{run_id}", view.run_page),
         Route("/runs/{run_id}/tickets/{ticket_id}", view.ticket_page),
         Route("/runs/{run_id}/cancel", view.cancel, methods=["POST"]),
         Route("/runs/{run_id}/requeue", view.requeue, methods=["POST"]),
+        Route("/runs/{run_id}/resume", people.resume, methods=["POST"]),
         Route("/runs/{run_id}/tickets/{ticket_id}/decide", view.decide, methods=["POST"]),
+        Route("/runs/{run_id}/tickets/{ticket_id}/handle", people.handle, methods=["POST"]),
+        Route("/runs/{run_id}/tickets/{ticket_id}/audit", people.audit, methods=["POST"]),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
-    handlers = {NotFound: view.not_found, _Refused: view.refused}
+    handlers = {NotFound: view.not_found, _Refused: view.refused, _Stale: view.stale}
     app = Starlette(routes=routes, exception_handlers=handlers)  # type: ignore[arg-type]
     if login_ is not None:
         app.add_middleware(login.BasicAuth, login=login_)
@@ -119,6 +135,7 @@ class View:
         self.templates = Jinja2Templates(env=env)
         self.tokens = login.Tokens()
         self.notes: dict[str, str] = {}  # what an action said, shown once after its redirect
+        self.people = People(self)
 
     # --- pages ---------------------------------------------------------------------------
 
@@ -149,7 +166,7 @@ class View:
             "self_url": str(request.url.path)
             + (f"?{request.url.query}" if request.url.query else ""),
         }
-        return self._render(request, "runs.html", context)
+        return self.render(request, "runs.html", context)
 
     async def run_page(self, request: Request) -> Response:
         return await run_in_threadpool(self._run_page, request)
@@ -197,23 +214,47 @@ class View:
             "self_url": base + (f"?{request.url.query}" if request.url.query else ""),
             "live_every_s": LIVE_EVERY_S,
             "per": per,
+            "explain": stops.explained,
+            "resume": self.people.resumes.of(run_id),
+            "waits": self._waits(run_id, row),
         }
-        return self._render(request, "run.html", context)
+        return self.render(request, "run.html", context)
+
+    def _waits(self, run_id: str, row: RunRow) -> dict[str, int]:
+        """What of the run waits for a person (people/queue.py's counts, and `decided`:
+        calls a person decided that wait for resume); nothing while the run is live."""
+        if row.live:
+            return {}
+        found = queue.items(self.settings.workspace, queue.Filters(run_id=run_id))
+        return queue.counts(found) | {"decided": sum(i.state == "decided" for i in found)}
 
     async def ticket_page(self, request: Request) -> Response:
-        return await run_in_threadpool(self._ticket_page, request)
+        return await run_in_threadpool(self.ticket_page_of, request)
 
-    def _ticket_page(self, request: Request) -> Response:
+    def ticket_page_of(
+        self, request: Request, extra: dict[str, Any] | None = None, status: int = 200
+    ) -> Response:
+        """A ticket's page (with `extra`: a form's error and what was typed, shown again)."""
         run_id, ticket_id = _run_id(request), _ticket_id(request)
         run_store = self._store(run_id)
         try:
             told = story.read(run_store, self.settings.workspace, ticket_id)
-        except RunStateError as exc:
-            raise NotFound(str(exc)) from None
+        except RunStateError:
+            raise NotFound(f"run {run_id} has no ticket {ticket_id}") from None
         row = self.catalog.run(run_id)
-        context = {"run": row, "story": told, "record": told.record}
+        context = {
+            "run": row,
+            "story": told,
+            "record": told.record,
+            "explain": stops.explained,
+            "money": money.words,
+            "again": effects.would_run_again(run_store, [ticket_id]).get(ticket_id, []),
+            "error": None,
+            "typed": {},
+            "resume": self.people.resumes.of(run_id),
+        }
         context["writes"] = _writes(self.settings.workspace, run_store, ticket_id)
-        return self._render(request, "ticket.html", context)
+        return self.render(request, "ticket.html", context | (extra or {}), status)
 
     async def metrics(self, request: Request) -> Response:
         body = await run_in_threadpool(lambda: generate_latest(metrics.registry(self.catalog.runs)))
@@ -223,7 +264,7 @@ class View:
 
     async def cancel(self, request: Request) -> Response:
         run_id = _run_id(request)
-        form = await self._form(request)
+        form = await self.form(request)
 
         def act() -> str:
             from orchestrator.submission import decisions
@@ -238,32 +279,68 @@ class View:
                 CANCEL_WAIT_S,
             )
 
-        return await self._act(request, f"/runs/{run_id}", act)
+        return await self.act(request, f"/runs/{run_id}", act)
 
     async def requeue(self, request: Request) -> Response:
+        """Put ticket files back in inbox/; when a ticket would set something in motion
+        again (a write its tools made, a call waiting for a decision), first a page that
+        names each and asks (`confirmed` then forces it)."""
         run_id = _run_id(request)
-        form = await self._form(request)
+        form = await self.form(request)
         tickets = [t for t in form.getlist("ticket") if t]
         if bad := [t for t in tickets if not ids.is_ticket_id(t)]:
             raise _Refused(400, f"400: {bad[0]!r} is not a ticket id")
+        back = form.get("back") if form.get("back", "").startswith(f"/runs/{run_id}") else ""
+        confirmed = form.get("confirmed") == "1"
+        if not confirmed:
+            asked = await run_in_threadpool(self._requeue_asks, request, run_id, tickets, back)
+            if asked is not None:
+                return asked
 
         def act() -> str:
             from orchestrator.submission import decisions
 
-            moved = decisions.requeue(self.settings.workspace, run_id, tickets, _by(request))
+            moved = decisions.requeue(
+                self.settings.workspace, run_id, tickets, _by(request), force=confirmed
+            )
             return moved or "nothing to requeue (no claimed file left)\n"
 
-        return await self._act(request, f"/runs/{run_id}", act)
+        return await self.act(request, back or f"/runs/{run_id}", act)
+
+    def _requeue_asks(
+        self, request: Request, run_id: str, tickets: list[str], back: str
+    ) -> Response | None:
+        """The page that asks before a requeue that would run something again (None: it
+        would not, so nothing is asked)."""
+        from orchestrator.submission.decisions import _fates
+
+        run_store = self._store(run_id)
+        chosen = tickets or run_store.ticket_ids()
+        again = effects.would_run_again(run_store, chosen)
+        if not again:
+            return None
+        context = {
+            "run_id": run_id,
+            "tickets": tickets,
+            "again": sorted(again.items()),
+            "fates": _fates(self.settings.workspace, run_store, sorted(again)),
+            "back": back or f"/runs/{run_id}",
+        }
+        return self.render(request, "confirm_requeue.html", context)
 
     async def decide(self, request: Request) -> Response:
         run_id, ticket_id = _run_id(request), _ticket_id(request)
-        form = await self._form(request)
+        form = await self.form(request)
         approved = form.get("decision") == "approve"
-        if form.get("decision") not in ("approve", "reject"):
-            return PlainTextResponse("400: decision must be approve or reject\n", 400)
         reason = form.get("reason", "")
-        if not approved and not reason.strip():
-            return PlainTextResponse("400: a rejection needs a reason (the model reads it)\n", 400)
+        problem = None
+        if form.get("decision") not in ("approve", "reject"):
+            problem = "choose approve or reject"
+        elif not approved and not reason.strip():
+            problem = "a rejection needs a reason (the model reads it): write one and reject again"
+        if problem is not None:
+            extra = {"error": problem, "typed": {"reason": reason, "call": form.get("call_id")}}
+            return await run_in_threadpool(self.ticket_page_of, request, extra, 400)
 
         def act() -> str:
             from orchestrator.submission import decisions
@@ -278,11 +355,12 @@ class View:
                 reason,
             )
 
-        return await self._act(request, f"/runs/{run_id}/tickets/{ticket_id}", act)
+        return await self.act(request, f"/runs/{run_id}/tickets/{ticket_id}", act)
 
-    async def _form(self, request: Request) -> _Form:
+    async def form(self, request: Request) -> _Form:
         """The POST's form, once the request may act: the login, read-write, the same
-        origin and the CSRF token; `_Refused` otherwise."""
+        origin and the CSRF token; `_Refused` otherwise (`_Stale` for a token of another
+        server process: the form is shown again to be sent once more)."""
         if self.settings.read_only:
             raise _Refused(403, "403: this web view is read-only (started with --no-auth)")
         if not login.same_origin(request.headers):
@@ -290,31 +368,46 @@ class View:
         body = (await request.body()).decode("utf-8", errors="replace")
         form = _Form(parse_qs(body, keep_blank_values=True))
         if not self.tokens.valid(request.scope.get("user_name", ""), form.get("csrf")):
-            raise _Refused(403, "403: the form's CSRF token is missing or stale; reload the page")
+            if request.scope.get("user_name") and form.get("csrf"):
+                raise _Stale(form)
+            raise _Refused(403, "403: the form's CSRF token is missing; reload the page")
         return form
 
-    async def _act(self, request: Request, back: str, act: Any) -> Response:
+    async def act(self, request: Request, back: str, act: Any) -> Response:
+        """Do `act` (the CLI's code), then back to `back` with what it said."""
         try:
             said = await run_in_threadpool(act)
         except GraphError as exc:
             said = f"refused: {exc}\n"
         except OSError as exc:
             said = f"failed: {exc}\n"
+        return self.redirect_with(request, back, said)
+
+    def redirect_with(self, request: Request, back: str, said: str) -> Response:
+        """A redirect to `back` that shows `said` once (made relative to the workspace)."""
         note = secrets.token_urlsafe(8)
-        self.notes[note] = said
+        self.notes[note] = self.public(said)
         while len(self.notes) > 100:
             self.notes.pop(next(iter(self.notes)))
         return RedirectResponse(f"{back}?note={note}", status_code=303)
+
+    def public(self, text: str) -> str:
+        """`text` with the server's paths made relative to the workspace (`runs/...`)."""
+        root = str(self.settings.workspace)
+        return text.replace(root + "/", "").replace(root, ".")
 
     # --- helpers -------------------------------------------------------------------------
 
     def _store(self, run_id: str) -> store.RunStore:
         try:
             return store.find(self.settings.workspace, run_id)
-        except UsageError as exc:
-            raise NotFound(str(exc)) from None
+        except UsageError:
+            raise NotFound(f"no run {run_id} in this workspace") from None
 
-    def _render(self, request: Request, name: str, context: dict[str, Any]) -> Response:
+    def render(
+        self, request: Request, name: str, context: dict[str, Any], status: int = 200
+    ) -> Response:
+        """A page (or, asked by htmx, its live fragment) from template `name`."""
         fragment = request.headers.get("hx-request") == "true"
         user = request.scope.get("user_name")
         context |= {
@@ -326,17 +419,29 @@ class View:
             if fragment
             else self.notes.pop(request.query_params.get("note", ""), None),
         }
-        response = self.templates.TemplateResponse(request, name, context)
+        response = self.templates.TemplateResponse(request, name, context, status_code=status)
         response.headers["Vary"] = "HX-Request"  # the page and its live fragment share a URL
         response.headers["Cache-Control"] = "no-store"
         return response
 
     async def not_found(self, request: Request, exc: Exception) -> Response:
-        return PlainTextResponse(f"404: {exc}\n", status_code=404)
+        said = self.public(str(exc))
+        if request.method != "GET":
+            return PlainTextResponse(f"404: {said}\n", status_code=404)
+        context = {"status": 404, "said": said}
+        return self.render(request, "error.html", context, 404)
 
     async def refused(self, request: Request, exc: Exception) -> Response:
         assert isinstance(exc, _Refused)
-        return PlainTextResponse(f"{exc.text}\n", status_code=exc.status)
+        return PlainTextResponse(f"{self.public(exc.text)}\n", status_code=exc.status)
+
+    async def stale(self, request: Request, exc: Exception) -> Response:
+        """A form whose token this server did not make (it restarted since the page was
+        loaded): nothing was done; the same form, with what was typed, to send again."""
+        assert isinstance(exc, _Stale)
+        fields = [(k, v) for k, values in exc.form.fields.items() if k != "csrf" for v in values]
+        context = {"action": request.url.path, "fields": fields, "status": 403}
+        return self.render(request, "resend.html", context, 403)
 
 
 class _Headers:
@@ -361,6 +466,14 @@ class _Headers:
             await send(message)
 
         await self.app(scope, receive, with_headers if scope["type"] == "http" else send)
+
+
+class _Stale(Exception):
+    """A form with a CSRF token another server process made."""
+
+    def __init__(self, form: _Form) -> None:
+        super().__init__("stale CSRF token")
+        self.form = form
 
 
 class _Refused(Exception):
