@@ -564,12 +564,16 @@ def _nodes(
         node = nodes[name]
         status = node.get("status", "running")
         ms = node.get("ms", 0)
+        counted = {}
         if status != "ok" and node.get("started"):
             if live:
                 ms = round((time.time() - node["started"]) * 1000)
+                # A step's record counts its calls when it ends; until then its row shows
+                # none rather than a 0 the summary (tickets' records) already contradicts.
+                counted = {"calls": None, "tokens": None, "cost_usd": None}
             else:
                 status = "crashed" if meta.get("status") == "crashed" else "stopped"
-        rows.append({**node, "name": name, "status": status, "ms": ms})
+        rows.append({**node, "name": name, "status": status, "ms": ms, **counted})
     return rows
 
 
