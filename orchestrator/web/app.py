@@ -225,7 +225,7 @@ class View:
         calls a person decided that wait for resume); nothing while the run is live."""
         if row.live:
             return {}
-        found = queue.items(self.settings.workspace, queue.Filters(run_id=run_id))
+        found = self.people.waiting.items(run_id)
         return queue.counts(found) | {"decided": sum(i.state == "decided" for i in found)}
 
     async def ticket_page(self, request: Request) -> Response:

@@ -23,6 +23,7 @@ from orchestrator.errors import GraphError, RunStateError
 from orchestrator.people import queue, stops
 from orchestrator.run import ids
 from orchestrator.web.resumes import Resumes
+from orchestrator.web.waiting import Waiting
 
 if TYPE_CHECKING:
     from orchestrator.web.app import View, _Form
@@ -38,6 +39,7 @@ class People:
         self.view = view
         settings = view.settings
         self.resumes = Resumes(settings.workspace, settings.broker_url)
+        self.waiting = Waiting(settings.workspace)
 
     # --- the queue ------------------------------------------------------------------------
 
@@ -52,7 +54,7 @@ class People:
 
         query = request.query_params
         chosen = {k: query.get(k, "") for k in FILTERS}
-        every = queue.items(self.view.settings.workspace, _filters(chosen, newest=False))
+        every = self.waiting.items(_run_filter(chosen))
         keep = _shown(chosen)
         shown = [i for i in every if keep.keep(i)]
         if chosen["order"] == "newest":
@@ -120,8 +122,7 @@ class People:
 
     def _confirm(self, request: Request, keys: list[str], decision: str, reason: str) -> Response:
         wanted = set(keys)
-        every = queue.items(self.view.settings.workspace, queue.Filters(kind="call"))
-        cards = [i for i in every if call_key(i) in wanted]
+        cards = [i for i in self.waiting.items() if i.kind == "call" and call_key(i) in wanted]
         context = {
             "cards": cards,
             "keys": keys,
@@ -257,12 +258,11 @@ def _is_run_id(value: str) -> bool:
     return True
 
 
-def _filters(chosen: dict[str, str], newest: bool) -> queue.Filters:
-    """The filters the core applies while it reads: only the run (it narrows the scan, and
-    only a run id that passes the id rules becomes a path); the rest are `_shown`'s, so
-    the counts are the whole queue's."""
-    run_id = chosen["run"] if _is_run_id(chosen["run"]) else None
-    return queue.Filters(run_id=run_id, newest_first=newest)
+def _run_filter(chosen: dict[str, str]) -> str | None:
+    """The one filter applied while reading: the run (it narrows the scan; only a run id
+    that passes the id rules becomes a path). The rest are `_shown`'s, so the counts are
+    the whole queue's."""
+    return chosen["run"] if _is_run_id(chosen["run"]) else None
 
 
 def _shown(chosen: dict[str, str]) -> queue.Filters:
