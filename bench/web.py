@@ -129,8 +129,7 @@ def run(ctx: Context, section: Section) -> None:
     """Build the workspaces, then time the pages."""
     n, count = (2000, 200) if ctx.options.quick else (10_000, 1_000)
     section.title = (
-        f"web view: server time, {n:,}-ticket run page, {count:,}-run list and "
-        f"{n:,}-item queue"
+        f"web view: server time, {n:,}-ticket run page, {count:,}-run list and {n:,}-item queue"
     )
     root = ctx.folder("g-web")
     source = demo_run(root)
