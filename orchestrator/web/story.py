@@ -105,6 +105,7 @@ class Story:
     policy: list[approvals.Decision] = field(default_factory=list)  # made by the policy
     actions: list[str] = field(default_factory=list)  # the writes its tools recorded, in words
     out_changed: bool = False  # out/<ticket>.txt no longer holds the run's reply
+    out_now: str | None = None  # what it holds instead (None: it holds the run's, or nothing)
     source_moved: bool = False  # the ticket's file is no longer where the run put it
     handled: kept.PersonVerdict | None = None
     audited: kept.PersonVerdict | None = None
@@ -116,7 +117,7 @@ def read(store: RunStore, workspace: Path, ticket_id: str) -> Story:
     ids.ticket(ticket_id)
     record = store.ticket(ticket_id)
     events = trace_of(store.trace_path, ticket_id)
-    reply_file, own, changed = _reply(store, workspace, ticket_id, record)
+    reply_file, own, now = _reply(store, workspace, ticket_id, record)
     return Story(
         ticket_id=ticket_id,
         record=record,
@@ -130,7 +131,8 @@ def read(store: RunStore, workspace: Path, ticket_id: str) -> Story:
         cancel=cancels.of(store.dir, ticket_id),
         policy=_policy(store, ticket_id),
         actions=effects.recorded(store).get(ticket_id, []),
-        out_changed=changed,
+        out_changed=now is not None,
+        out_now=now or None,
         source_moved=not (workspace / record.source).exists(),
         handled=kept.read(store, kept.HANDLED, ticket_id),
         audited=kept.read(store, kept.AUDITS, ticket_id),
@@ -164,17 +166,19 @@ def _text(path: Path) -> str | None:
 
 def _reply(
     store: RunStore, workspace: Path, ticket_id: str, record: TicketRecord
-) -> tuple[str | None, str | None, bool]:
+) -> tuple[str | None, str | None, str | None]:
     """The run's own reply (its last rewrite's, or its draft), where it was published, and
-    whether out/ holds something else now (a later run's reply, or a person's)."""
+    what out/ holds instead when it changed since (a later run's reply, or a person's; ''
+    when the file is gone), else None."""
     own = reply.final_text(store, ticket_id, record)
     if own is None:
-        return None, None, False
+        return None, None, None
     if record.file is None:
-        return f"runs/{store.run_id} (not published by the run)", own[:MAX_TEXT], False
+        return f"runs/{store.run_id} (not published by the run)", own[:MAX_TEXT], None
     published = _text(ids.out_file(workspace, ticket_id))
-    changed = published is None or published.strip() != own
-    return record.file, own[:MAX_TEXT], changed
+    if published is not None and published.strip() == own:
+        return record.file, own[:MAX_TEXT], None
+    return record.file, own[:MAX_TEXT], published or ""
 
 
 def _policy(store: RunStore, ticket_id: str) -> list[approvals.Decision]:
