@@ -92,7 +92,7 @@ def usd(amount: float, estimated: int = 0) -> str:
     added in another order differs in its last float bits, and `:.4f` on a value at a
     half (0.01675) then gives 0.0167 in one place and 0.0168 in another."""
     shown = Decimal(repr(round(amount, 9))).quantize(Decimal("0.0001"), rounding=ROUND_HALF_UP)
-    return f"{'~' if estimated else ''}${shown}"
+    return f"{'~' if estimated else ''}${shown + 0}"  # + 0: never a "-0.0000"
 
 
 def _estimated_note(estimated: int) -> str:

@@ -153,8 +153,10 @@ class View:
         ]
         page = _page(query.get("page"), len(shown), RUNS_PER_PAGE)
         start = (page.number - 1) * RUNS_PER_PAGE
+        on_page = shown[start : start + RUNS_PER_PAGE]
         context = {
-            "rows": shown[start : start + RUNS_PER_PAGE],
+            "rows": on_page,
+            "handled": {r.run_id: len(self._handled(r.run_id)) for r in on_page},
             "total": len(rows),
             "matching": len(shown),
             "page": page,
@@ -217,8 +219,17 @@ class View:
             "explain": stops.explained,
             "resume": self.people.resumes.of(run_id),
             "waits": self._waits(run_id, row),
+            "handled": self._handled(run_id),
         }
         return self.render(request, "run.html", context)
+
+    def _handled(self, run_id: str) -> set[str]:
+        """The run's tickets a person handled (names in handled/: nothing parsed)."""
+        from orchestrator.run import verdicts
+
+        return verdicts.tickets_with(
+            store.RunStore(self.settings.workspace / "runs" / run_id), verdicts.HANDLED
+        )
 
     def _waits(self, run_id: str, row: RunRow) -> dict[str, int]:
         """What of the run waits for a person (people/queue.py's counts, and `decided`:

@@ -124,6 +124,12 @@ def test_an_operator_handles_audits_approves_and_resumes_from_the_queue(
         # Drained: no call, no ticket; the refund ticket's pass is now sampled for audit.
         assert {kind for kind, _ in _rows(page)} == {"audit"} and _count(page, "call") == 0
         assert ("audit", "T-1007") in _rows(page) and len(_rows(page)) == audits
+        page.goto(f"{url}/")  # the runs list counts the handled ticket apart
+        row = f"tr[data-run='{run_id}']"
+        assert (page.inner_text(f"{row} td.human"), page.inner_text(f"{row} td.handled-count")) == (
+            "0",
+            "1",
+        )
         page.goto(f"{url}/runs/{run_id}/tickets/T-1004")
         assert "handled: edited" in page.inner_text("h1")
         assert f"edited by {BY}" in page.inner_text(".handled-by")
