@@ -104,6 +104,7 @@ def application(
     ]
     handlers = {NotFound: view.not_found, _Refused: view.refused, _Stale: view.stale}
     app = Starlette(routes=routes, exception_handlers=handlers)  # type: ignore[arg-type]
+    app.state.view = view  # what a test asks of it (the resumes it started)
     if login_ is not None:
         app.add_middleware(login.BasicAuth, login=login_)
     if hosts is not None:  # outermost but one: a rebound name is refused before the login

@@ -5,7 +5,9 @@ per run, its outcome kept for the run's page.
 A resume runs as long as its run does, so the page does not wait for it: the action waits
 `EARLY_S` for a resume that ends at once (another process works on the run: exit 75; a
 configuration problem: exit 78) and otherwise says it started; the run's page is live from
-then on. A thread per process reads its output and reaps it.
+then on. A thread per process reaps it and keeps the end of its output. The process
+outlives the server: it writes to an anonymous file, not a pipe the server's end would
+break, and runs in its own session, so a Ctrl-C to the server does not reach it.
 """
 
 from __future__ import annotations
@@ -13,10 +15,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import IO, Literal
 
 from orchestrator.exit_codes import ExitCode
 
@@ -31,7 +34,7 @@ class Resume:
     run_id: str
     retry: Retry
     by: str
-    process: subprocess.Popen[str]
+    process: subprocess.Popen[bytes]
     exit_code: int | None = None
     output: str = ""
     done: threading.Event = field(default_factory=threading.Event)
@@ -68,18 +71,19 @@ class Resumes:
                     f"a resume of {run_id} started from this page still runs "
                     f"(pid {running.process.pid}): its page shows it live"
                 )
+            output = tempfile.TemporaryFile()  # noqa: SIM115 (closed by _reap, in its thread)
             process = subprocess.Popen(
                 self._command(run_id, retry),
                 cwd=self.workspace,
                 env=self._env(),
                 stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
+                stdout=output,
                 stderr=subprocess.STDOUT,
-                text=True,
+                start_new_session=True,
             )
             started = Resume(run_id, retry, by, process)
             self.by_run[run_id] = started
-        threading.Thread(target=_reap, args=(started,), daemon=True).start()
+        threading.Thread(target=_reap, args=(started, output), daemon=True).start()
         started.done.wait(EARLY_S)
         return started
 
@@ -101,9 +105,11 @@ class Resumes:
         return env
 
 
-def _reap(resume: Resume) -> None:
-    """Read the process's output to its end, then keep its exit code."""
-    assert resume.process.stdout is not None
-    resume.output = resume.process.stdout.read()[-4000:]
-    resume.exit_code = resume.process.wait()
+def _reap(resume: Resume, output: IO[bytes]) -> None:
+    """Wait for the process, then keep its exit code and the end of its output."""
+    code = resume.process.wait()
+    with output:
+        output.seek(0)
+        resume.output = output.read()[-4000:].decode("utf-8", errors="replace")
+    resume.exit_code = code
     resume.done.set()

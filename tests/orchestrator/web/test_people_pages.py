@@ -6,6 +6,7 @@ TestClient); the runs were written by a real `ticketgraph run`."""
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import shutil
@@ -16,9 +17,10 @@ from starlette.testclient import TestClient
 
 from orchestrator.config.workspace import init_demo
 from orchestrator.steps.report import usd
+from orchestrator.web import login
 from orchestrator.web.app import application
 from tests.conftest import settled
-from tests.orchestrator.web.conftest import USER, run_cli, run_id_of
+from tests.orchestrator.web.conftest import PASSWORD, USER, run_cli, run_id_of
 from tests.orchestrator.web.test_app import client, csrf_of
 
 SAME_SITE = {"Origin": "http://testserver"}
@@ -197,3 +199,35 @@ def test_web_and_cli_round_a_cost_the_same_way(finished: Path) -> None:
     with TestClient(app) as web:
         assert cost.group(1) in web.get("/").text
         assert cost.group(1) in web.get(f"/runs/{run_id}").text
+
+
+def test_a_crashed_run_is_resumed_from_its_page_with_retry_failed_all(
+    tmp_path: Path, finished: Path
+) -> None:
+    from orchestrator.exit_codes import ExitCode
+    from orchestrator.run.records import RunPhase
+    from orchestrator.run.store import RunStore
+    from orchestrator.web.resumes import Resume
+
+    workspace = tmp_path / "ws"
+    shutil.copytree(finished, workspace, symlinks=True)
+    run_id = run_id_of(workspace)
+    with RunStore(workspace / "runs" / run_id).update_meta() as meta:
+        meta.end(RunPhase.CRASHED, ExitCode.CRASHED, "the worker process died")
+    app = application(workspace, login_=login.Login(USER, PASSWORD))
+    basic = base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
+    with TestClient(app, headers={"Authorization": f"Basic {basic}"}) as web:
+        page = web.get(f"/runs/{run_id}").text
+        assert 'name="retry" value="all"' in page and "(--retry-failed all)" in page
+        token = csrf_of(page)
+        form = {"csrf": token, "retry": "all"}
+        started = web.post(f"/runs/{run_id}/resume", data=form, headers=SAME_SITE)
+        assert started.status_code == 200 and f"resume of {run_id}" in started.text
+        resume = app.state.view.people.resumes.of(run_id)
+        assert isinstance(resume, Resume) and resume.retry == "all"
+        assert "--retry-failed" in resume.process.args and "all" in resume.process.args
+        assert resume.done.wait(120), "the resume did not end"
+        assert resume.exit_code == ExitCode.NEEDS_HUMAN, resume.output  # T-1004, as before
+        assert f"resume of {run_id} ended: exit 1" in web.get(f"/runs/{run_id}").text
+    meta_now = json.loads((workspace / "runs" / run_id / "run.json").read_text())
+    assert (meta_now["status"], meta_now["exit_code"]) == ("done", 1)
