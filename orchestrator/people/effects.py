@@ -47,7 +47,9 @@ def recorded(store: RunStore) -> dict[str, list[str]]:
             continue
         if not isinstance(effect, dict) or not effect.get("ticket"):
             continue
-        fields = {k: v for k, v in effect.items() if k not in ("action", "ticket", "call_id")}
+        # The idempotency key is the ledger's, not what a person needs to see of a write.
+        hidden = ("action", "ticket", "call_id", "key")
+        fields = {k: v for k, v in effect.items() if k not in hidden}
         shown = f"{effect.get('action', 'write')} ({money.words(fields)})"
         by_ticket.setdefault(str(effect["ticket"]), []).append(shown)
     return by_ticket

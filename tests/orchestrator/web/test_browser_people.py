@@ -120,6 +120,9 @@ def test_an_operator_handles_audits_approves_and_resumes_from_the_queue(
         page.wait_for_selector("pre.note")
         assert f"resume of {run_id}" in page.inner_text("pre.note")
         _finished(workspace, run_id)
+        page.goto(f"{url}/runs/{run_id}/tickets/T-1007")  # its page: the refund, once
+        written = page.locator("ul.actions-recorded li").all_inner_texts()
+        assert len(written) == 1 and "refund (order_id A-77533, amount 89.00" in written[0]
         page.goto(f"{url}/queue")
         # Drained: no call, no ticket; the refund ticket's pass is now sampled for audit.
         assert {kind for kind, _ in _rows(page)} == {"audit"} and _count(page, "call") == 0

@@ -231,3 +231,28 @@ def test_a_crashed_run_is_resumed_from_its_page_with_retry_failed_all(
         assert f"resume of {run_id} ended: exit 1" in web.get(f"/runs/{run_id}").text
     meta_now = json.loads((workspace / "runs" / run_id / "run.json").read_text())
     assert (meta_now["status"], meta_now["exit_code"]) == ("done", 1)
+
+
+def test_a_ticket_page_shows_the_policys_decision_and_the_refund_its_tool_wrote(
+    tmp_path: Path,
+) -> None:
+    from tests.conftest import write_scenarios
+    from tests.orchestrator.run.test_approvals import ORDER, _with_refund
+
+    workspace = tmp_path / "policy"
+    init_demo(workspace)
+    write_scenarios(workspace / "scenarios" / "demo.yaml", _with_refund(2000))  # under 50.00
+    assert run_cli("run", "--quiet", cwd=workspace).returncode == 1  # T-1004
+    run_id = run_id_of(workspace)
+    with client(workspace) as web:
+        page = web.get(f"/runs/{run_id}/tickets/T-1001").text
+        assert "approved by the policy (rule <code>amount_cents &gt; 5000</code>)" in page
+        recorded = page[page.index('class="actions-recorded"') :]
+        assert f"refund (order_id {ORDER}, amount 20.00" in recorded  # the key is not shown
+        token = csrf_of(page)
+        asked = web.post(
+            f"/runs/{run_id}/requeue", data={"csrf": token, "ticket": "T-1001"}, headers=SAME_SITE
+        )
+        assert "Requeue T-1001?" in asked.text and "its tool wrote: refund (" in asked.text
+        assert "amount 20.00" in asked.text and "answered from the ledger" in asked.text
+    assert not list((workspace / "inbox").iterdir())
