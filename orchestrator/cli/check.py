@@ -46,13 +46,20 @@ def _worker(
     caps = f"model {role.model}, {role.max_turns} turns, budget ${role.budget_usd or 0:g}"
     lines = [
         f"  {name}: worker — {spec.description or 'no description'}",
-        f"    prompt: {len(spec.prompt)} characters; {caps}",
+        f"    {_prompts(spec)}; {caps}",
         f"    tools: {', '.join(tools) or 'none'}; reads: {', '.join(spec.reads) or 'nothing'}",
     ]
-    if (lint := prompt_lint.warning(f"worker {name}", spec.prompt)) is not None:
-        lines.append(f"    {lint}")
+    prompts = {f"angle {a} of worker {name}": p for a, p in spec.angles.items()}
+    for who, prompt in (prompts or {f"worker {name}": spec.prompt}).items():
+        if (lint := prompt_lint.warning(who, prompt)) is not None:
+            lines.append(f"    {lint}")
     for tool in found.tools_of(spec):
         rule = spec.approval.get(tool.name)
+        if not tool.read_only and spec.angles:
+            lines.append(
+                f"    note: {tool.name} writes, and each angle runs its own calls: it may "
+                "write once per angle"
+            )
         if rule is not None:
             lines.append(f"    approval: {tool.name} waits for a person when {rule!r}")
         elif not tool.read_only and not tool.needs_approval:
@@ -61,6 +68,14 @@ def _worker(
                 f'approval = {{ {tool.name} = "always" }} (or a rule) if it should not'
             )
     return lines
+
+
+def _prompts(spec: WorkerSpec) -> str:
+    """`prompt: 612 characters`, or each angle's (a draft from each, voted between)."""
+    if not spec.angles:
+        return f"prompt: {len(spec.prompt)} characters"
+    sizes = ", ".join(f"{a} {len(p)}" for a, p in spec.angles.items())
+    return f"angles, voted between: {sizes} characters"
 
 
 def _budget(config: RunConfig, llm: HarnessSettings) -> str:

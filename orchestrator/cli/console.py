@@ -14,14 +14,15 @@ from orchestrator.cli.progress import Tally, TraceTail, WaitPrinter
 from orchestrator.config.environment import GraphSettings
 from orchestrator.errors import BrokerUnavailable, RunStateError, RunStorageError
 from orchestrator.exit_codes import ExitCode
+from orchestrator.plan import tasks
+from orchestrator.plan.progress import LIST_AT_MOST
 from orchestrator.run import totals
+from orchestrator.run.outline import DRAFT
 from orchestrator.run.records import (
-    FAILED_STOPS,
     Cancel,
     RunMeta,
     RunPhase,
     RunRecord,
-    TicketStatus,
 )
 from orchestrator.run.store import RunStore
 from orchestrator.steps import report
@@ -30,10 +31,6 @@ from orchestrator.submission.retry import Reopened
 from workers.settings import HarnessSettings
 
 Mode = Literal["live", "lines", "quiet"]
-
-# Past this many tickets a progress line gives counts, not every id (the full list is in
-# run-state.json and the report): a 10,000-ticket run's route line was 200 KB.
-LIST_AT_MOST = 20
 
 
 def claimed(store: RunStore) -> str:
@@ -65,51 +62,9 @@ def reader_left() -> None:
     os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
-def progress(record: RunRecord) -> list[str]:
-    """One line per finished node, as in the seed."""
-    tickets = record.tickets.values()
-    lines = []
-    if record.done("route"):
-        lines.append(f"[route] {_routes(record)}")
-    if record.done("fanout"):
-        lines.append(f"[fanout] pool size {record.config.pool_size}, {_drafts(record)}")
-    if record.done("merge"):
-        files = plural(sum(t.file is not None for t in tickets), "file")
-        lines.append(f"[merge] wrote {files} to out/, passing on references and summaries")
-    if record.done("review"):
-        rounds = plural(record.nodes["review"].rounds or 0, "round")
-        lines.append(f"[review] gate rewrites: {rounds} in total")
-    return lines
-
-
-def _drafts(record: RunRecord) -> str:
-    """How many drafts the fan-out made, and of the tickets it took, how many failed or
-    wait for a person; tickets the router named nothing for were never drafted."""
-    drafted = failed = waiting = 0
-    for t in record.tickets.values():
-        # A draft that failed leaves no file; a review that failed later still has one.
-        if t.stop in FAILED_STOPS and t.file is None:
-            failed += 1
-        elif t.status is TicketStatus.AWAITING_APPROVAL:
-            waiting += 1
-        elif t.handler is not None:
-            drafted += 1
-    extra = f", {failed} failed" if failed else ""
-    extra += f", {waiting} waiting for a person" if waiting else ""
-    return f"{plural(drafted, 'draft')}{extra}"
-
-
-def _routes(record: RunRecord) -> str:
-    """Each ticket's category, or, for many tickets, how many went to each category."""
-    if len(record.tickets) <= LIST_AT_MOST:
-        return "  ".join(f"{i}={t.category or t.stop}" for i, t in record.tickets.items())
-    counts = Counter(t.category or t.stop for t in record.tickets.values())
-    each = "  ".join(f"{c}={n}" for c, n in counts.items())
-    return f"{plural(len(record.tickets), 'ticket')}: {each}"
-
-
 class ProgressPrinter:
-    """Prints each node's progress line once, as soon as the run shows the node done.
+    """Prints each node's progress line (its step's row says which) once, as soon as the
+    run shows the node done.
 
     It reads run-state.json only when the run says a node ended (the single-writer steps
     materialise it just before), never on a timer. Nodes done before this command began (a
@@ -127,7 +82,7 @@ class ProgressPrinter:
 
     def show(self, record: RunRecord) -> None:
         """Print the lines of `record`'s finished nodes not printed yet."""
-        for line in progress(record):
+        for line in tasks.registered().progress_lines(record):
             node = line.split("]", 1)[0]
             if node not in self.printed:
                 self.printed.add(node)
@@ -153,7 +108,10 @@ class Follower:
         self.tally: Tally | None = None  # counted only for the views that read the trace
         if mode == "live" or json_logs:
             budget = store.meta().config.run_budget_usd
-            self.tally = tally = Tally(tickets=len(store.ticket_ids()), budget_usd=budget)
+            plan, tickets = tasks.registered(), len(store.ticket_ids())
+            self.tally = tally = Tally(
+                tickets, plan.nodes, plan[DRAFT.name].node, budget_usd=budget
+            )
             if mode == "live":
                 from orchestrator.cli.live import LiveView
 

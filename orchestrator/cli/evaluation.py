@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from orchestrator.cli.options import workspace_option
+from orchestrator.cli.options import json_option, workspace_option
 from orchestrator.exit_codes import ExitCode
 
 EPILOG = """\b
@@ -47,10 +47,10 @@ Exit codes:
     "layers",
     multiple=True,
     metavar="LAYER",
-    help="Also run without LAYER (route, review, evaluator, gate:CHECK; repeatable) and "
-    "print paired deltas with 95% intervals and the cost delta.",
+    help="Also run without LAYER (route, review, evaluator, voting, gate:CHECK; repeatable) "
+    "and print paired deltas with 95% intervals and the cost delta.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@json_option("Print one JSON document.")
 @click.option(
     "--min-accuracy", type=click.FloatRange(0, 1), help="Exit 1 below this routing accuracy."
 )
@@ -83,19 +83,10 @@ def command(
     agreement with labels, cost and latency per ticket (median, p95). --ablate LAYER runs
     the same tickets without a layer and prints the paired differences.
     """
-    from orchestrator.cli.main import failed
-
-    try:
-        return _evaluate(
-            dataset, workspace, replay, record, repeat, layers, as_json,
-            (min_accuracy, min_pass, max_cost_per_ticket),
-        )  # fmt: skip
-    except Exception as exc:
-        from orchestrator.errors import GraphError
-
-        if not isinstance(exc, GraphError | OSError):
-            raise
-        return failed("eval", exc)
+    return _evaluate(
+        dataset, workspace, replay, record, repeat, layers, as_json,
+        (min_accuracy, min_pass, max_cost_per_ticket),
+    )  # fmt: skip
 
 
 def _evaluate(
@@ -129,3 +120,6 @@ def _evaluate(
     for line in missed:
         click.echo(f"ticketgraph eval: missed: {line}", err=True)
     return ExitCode.NEEDS_HUMAN if missed else ExitCode.ALL_PASS
+
+
+COMMANDS = (command,)

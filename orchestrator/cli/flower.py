@@ -16,15 +16,14 @@ handlers never ask who is calling).
 
 from __future__ import annotations
 
-import errno
 import os
-import socket
 import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 import click
 
+from orchestrator.cli.listening import listening_on
 from orchestrator.cli.options import broker_option, listen_options
 from orchestrator.errors import ConfigError
 from orchestrator.exit_codes import ExitCode
@@ -34,9 +33,6 @@ if TYPE_CHECKING:
 
 DEFAULT_ADDRESS = "127.0.0.1"
 DEFAULT_PORT = 5555
-
-# Errors of binding the listening socket that the operator can fix with --address or --port.
-_CANNOT_LISTEN = {errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES}
 
 
 @click.command("flower")
@@ -61,31 +57,16 @@ def command(broker: str | None, address: str, port: int, no_auth: bool) -> int:
     FLOWER_* settings (FLOWER_PERSISTENT, FLOWER_MAX_TASKS, ...) work as in `celery flower`.
     SIGTERM or Ctrl-C stops it (exit 0).
     """
-
-    from workers.settings import SettingsError  # loaded when the command runs, not for --help
-
-    try:
-        accepted = [] if no_auth else logins(os.environ)
-        celery_app = _app(broker)
-    except (ConfigError, SettingsError) as exc:
-        print(f"ticketgraph flower: {exc}", file=sys.stderr)
-        return ExitCode.CONFIG
+    accepted = [] if no_auth else logins(os.environ)
+    celery_app = _app(broker)
     if no_auth:
         print(
             f"ticketgraph flower: no login (--no-auth): whoever reaches {address}:{port} "
             "sees every worker and task",
             file=sys.stderr,
         )
-    try:
+    with listening_on(address, port):
         _serve(celery_app, address, port, accepted)
-    except OSError as exc:
-        if not _cannot_listen(exc):
-            raise
-        print(
-            f"ticketgraph flower: cannot listen on {address}:{port}: {exc.strerror}",
-            file=sys.stderr,
-        )
-        return ExitCode.CONFIG
     return ExitCode.ALL_PASS
 
 
@@ -164,10 +145,3 @@ def _serve(celery_app: Celery, address: str, port: int, accepted: list[str]) -> 
     argv = [f"--address={address}", f"--port={port}"]
     with flower_command.make_context("flower", argv, parent=parent) as ctx:
         flower_command.invoke(ctx)
-
-
-def _cannot_listen(exc: OSError) -> bool:
-    """Whether `exc` is the listening socket failing (a bad --address or a taken --port)."""
-    if isinstance(exc, socket.gaierror):
-        return True
-    return exc.filename is None and exc.errno in _CANNOT_LISTEN

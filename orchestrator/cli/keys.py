@@ -38,12 +38,10 @@ def keys_init(workspace: Path) -> int:
     you sign. Copy keys/ to every worker that does not see the workspace folder (or point
     TICKETGRAPH_TRUSTED_KEYS at a copy). Run it once per person who decides.
     """
-    from orchestrator.cli.main import failed
     from orchestrator.config.workspace import Workspace
-    from orchestrator.errors import GraphError
 
-    try:
-        print(set_up(Workspace(workspace).require().root), end="")
-    except (GraphError, OSError) as exc:
-        raise SystemExit(failed("keys init", exc)) from None
+    print(set_up(Workspace(workspace).require().root), end="")
     return 0
+
+
+COMMANDS = (keys,)

@@ -8,7 +8,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from orchestrator.cli.progress import NODES, Tally
+from orchestrator.cli.progress import Tally
 
 REFRESH_PER_S = 4  # elapsed time ticks between events; the counts change on events
 
@@ -39,8 +39,7 @@ class LiveView:
         """The current frame."""
         t = self.tally
         nodes = Table.grid(padding=(0, 2))
-        for node in NODES:
-            state = t.nodes[node]
+        for node, state in t.nodes.items():
             ms = f"{t.node_ms[node]} ms" if node in t.node_ms else ""
             style = {"done": "green", "running": "yellow"}.get(state, "dim")
             nodes.add_row(node, Text(state, style=style), ms)

@@ -8,14 +8,12 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable
-from functools import wraps
 from pathlib import Path
 from typing import Any
 
 import click
 
-from orchestrator.cli.options import workspace_option
+from orchestrator.cli.options import by_option, json_option, reason_option, workspace_option
 from orchestrator.exit_codes import ExitCode
 
 QUEUE_NOTES = """\b
@@ -23,22 +21,6 @@ Kinds:
   call    a tool call that waits for approve/reject (or, decided, for resume)
   ticket  a needs_human ticket nobody handled yet (ticketgraph handle)
   audit   a pass sampled by [review] audit_share (ticketgraph audit)"""
-
-
-def _reported(name: str) -> Callable[[Callable[..., int]], Callable[..., int]]:
-    """The main group's error handling (one sentence, the exit code of its kind), looked up
-    when the command runs: the main module imports this one to register its commands."""
-
-    def wrap(handler: Callable[..., int]) -> Callable[..., int]:
-        @wraps(handler)
-        def run(*args: Any, **kwargs: Any) -> int:
-            from orchestrator.cli.main import reports_errors
-
-            return reports_errors(name)(handler)(*args, **kwargs)
-
-        return run
-
-    return wrap
 
 
 def _by(by: str | None) -> str:
@@ -67,8 +49,7 @@ def _age(seconds: float) -> str:
     help="Only what has waited at least this long.",
 )
 @click.option("--newest", is_flag=True, help="Newest first (default: oldest first).")
-@click.option("--json", "as_json", is_flag=True, help="Print {counts, items} as JSON.")
-@_reported("queue")
+@json_option("Print {counts, items} as JSON.")
 def queue(
     workspace: Path,
     kind: str | None,
@@ -135,9 +116,8 @@ def _queue_text(found: list[Any]) -> str:
     help="Send this file's text instead (the run's own reply is kept).",
 )
 @click.option("--close", "close", is_flag=True, help="Close the ticket without a reply.")
-@click.option("--by", help="Who handles it (default: your user name).")
-@click.option("--reason", help="Why (kept in the record and the label).")
-@_reported("handle")
+@by_option("handles it")
+@reason_option("Why (kept in the record and the label).")
 def handle(
     run_id: str,
     ticket: str,
@@ -181,9 +161,8 @@ def handle(
 @workspace_option
 @click.option("--good", "good", flag_value=True, default=None, help="The reply was right.")
 @click.option("--bad", "good", flag_value=False, help="It was not (say why: --reason).")
-@click.option("--by", help="Who audits (default: your user name).")
-@click.option("--reason", help="Why (needed with --bad).")
-@_reported("audit")
+@by_option("audits")
+@reason_option("Why (needed with --bad).")
 def audit(
     run_id: str, ticket: str, workspace: Path, good: bool | None, by: str | None, reason: str | None
 ) -> int:
@@ -213,7 +192,6 @@ def labels() -> None:
     type=click.Path(path_type=Path, dir_okay=False),
     help="Write to this file (atomically) instead of stdout.",
 )
-@_reported("labels export")
 def labels_export(workspace: Path, out: Path | None) -> int:
     """Write every label as JSONL: one person's verdict on one run's reply a line.
 
@@ -247,8 +225,7 @@ def gate() -> None:
     metavar="CANDIDATE.toml",
     help="Also count a candidate ticketgraph.toml's [gate] rules, side by side.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print {current, candidate} as JSON.")
-@_reported("gate replay")
+@json_option("Print {current, candidate} as JSON.")
 def gate_replay(workspace: Path, candidate: Path | None, as_json: bool) -> int:
     """Run the gate over every labelled reply and count false alarms and misses.
 
@@ -271,9 +248,3 @@ def gate_replay(workspace: Path, candidate: Path | None, as_json: bool) -> int:
 
 
 COMMANDS = (queue, handle, audit, labels, gate)
-
-
-def register(group: click.Group) -> None:
-    """Add the person's commands to the `ticketgraph` group."""
-    for command in COMMANDS:
-        group.add_command(command)

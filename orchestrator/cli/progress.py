@@ -16,8 +16,6 @@ from typing import Any
 from orchestrator.run.records import FAILED_STOPS
 from orchestrator.run.store import RunStore
 
-NODES = ("route", "fanout", "merge", "review", "report")
-
 
 class TraceTail:
     """The lines appended to a JSONL file since the last read (whole lines only); with
@@ -87,11 +85,15 @@ class CapWaits:
 
 @dataclass
 class Tally:
-    """Counts of a run so far: tickets by stage and verdict, model calls, tokens, spend."""
+    """Counts of a run so far: tickets by stage and verdict, model calls, tokens, spend;
+    `steps`: the nodes of the run's plan in order, `drafting`: the node whose tickets count
+    as drafted when its worker (or template) is done."""
 
     tickets: int
+    steps: tuple[str, ...]
+    drafting: str
     started: float = field(default_factory=time.monotonic)
-    nodes: dict[str, str] = field(default_factory=lambda: dict.fromkeys(NODES, "waiting"))
+    nodes: dict[str, str] = field(init=False)  # node -> waiting, running or done
     node_ms: dict[str, int] = field(default_factory=dict)
     routed: set[str] = field(default_factory=set)
     drafted: set[str] = field(default_factory=set)
@@ -104,6 +106,9 @@ class Tally:
     paid: dict[str, float] = field(default_factory=dict)  # agent run -> its cost so far
     budget_usd: float | None = None  # what the run may spend ([run] budget_usd, --budget)
     waits: CapWaits = field(default_factory=CapWaits)
+
+    def __post_init__(self) -> None:
+        self.nodes = dict.fromkeys(self.steps, "waiting")
 
     @property
     def spend(self) -> str:
@@ -133,7 +138,7 @@ class Tally:
             return
         elif name == "routed":
             self.routed.add(ticket)
-        elif name in ("template_done", "worker_done") and node == "fanout":
+        elif name in ("template_done", "worker_done") and node == self.drafting:
             self.drafted.add(ticket)
         elif name == "verdict":  # also after a resume retried a failed ticket
             self.failed.discard(ticket)

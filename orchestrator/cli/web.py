@@ -6,13 +6,17 @@ from __future__ import annotations
 import socket
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from orchestrator.cli.flower import _cannot_listen
+from orchestrator.cli.listening import listening_on
 from orchestrator.cli.options import broker_option, listen_options, workspace_option
-from orchestrator.errors import ConfigError, UsageError
 from orchestrator.exit_codes import ExitCode
+
+if TYPE_CHECKING:
+    from orchestrator.config.environment import GraphSettings
+    from orchestrator.web.login import Login
 
 DEFAULT_ADDRESS = "127.0.0.1"
 DEFAULT_PORT = 8600
@@ -59,56 +63,57 @@ def command(
     """
     import uvicorn
 
-    from orchestrator.config import environment
-    from orchestrator.config.workspace import Workspace
-    from orchestrator.web import login
     from orchestrator.web.app import application
-    from workers.settings import SettingsError
 
-    try:
-        Workspace(workspace).require()
-        settings = environment.settings(broker, None)
-        password = settings.web_password and settings.web_password.get_secret_value()
-        accepted = None if no_auth else login.required(settings.web_user, password)
-        url = settings.broker_url
-    except UsageError as exc:
-        print(f"ticketgraph web: {exc}", file=sys.stderr)
-        return ExitCode.USAGE
-    except (ConfigError, SettingsError) as exc:
-        print(f"ticketgraph web: {exc}", file=sys.stderr)
-        return ExitCode.CONFIG
-    if no_auth:
-        print(
-            f"ticketgraph web: no login (--no-auth): read-only, whoever reaches "
-            f"{address}:{port} sees every ticket",
-            file=sys.stderr,
-        )
-    try:
+    settings = _settings(workspace, broker)
+    accepted = _login(settings, no_auth, f"{address}:{port}")
+    with listening_on(address, port):
         listening = _listen(address, port)
-    except OSError as exc:
-        if not _cannot_listen(exc):
-            raise
-        why = exc.strerror or str(exc)
-        print(f"ticketgraph web: cannot listen on {address}:{port}: {why}", file=sys.stderr)
-        return ExitCode.CONFIG
     hosts = _hosts(address, allowed_hosts)
-    if hosts is None:
-        print(
-            f"ticketgraph web: listening on {address}, any Host header is served; name the "
-            "host with --allowed-host to refuse the others",
-            file=sys.stderr,
-        )
-    app = application(workspace, read_only=no_auth, login_=accepted, broker_url=url, hosts=hosts)
-    config = uvicorn.Config(app, log_level="warning", access_log=False)
+    app = application(
+        workspace, read_only=no_auth, login_=accepted, broker_url=settings.broker_url, hosts=hosts
+    )
     print(f"ticketgraph web: serving {workspace.resolve()} on http://{address}:{port}/", flush=True)
+    config = uvicorn.Config(app, log_level="warning", access_log=False)
     uvicorn.Server(config).run(sockets=[listening])
     return ExitCode.ALL_PASS
 
 
+def _settings(workspace: Path, broker: str | None) -> GraphSettings:
+    """The graph's settings for the web view, once the workspace is known to be one."""
+    from orchestrator.config import environment
+    from orchestrator.config.workspace import Workspace
+
+    Workspace(workspace).require()
+    return environment.settings(broker, None)
+
+
+def _login(settings: GraphSettings, no_auth: bool, where: str) -> Login | None:
+    """The login every page asks for (TICKETGRAPH_WEB_USER and _PASSWORD; `ConfigError`
+    without them); none with --no-auth, which is said on stderr."""
+    from orchestrator.web import login
+
+    if no_auth:
+        _say(f"no login (--no-auth): read-only, whoever reaches {where} sees every ticket")
+        return None
+    password = settings.web_password and settings.web_password.get_secret_value()
+    return login.required(settings.web_user, password)
+
+
+def _say(line: str) -> None:
+    """A line for the operator on stderr (stdout says where the pages are)."""
+    print(f"ticketgraph web: {line}", file=sys.stderr)
+
+
 def _hosts(address: str, allowed: tuple[str, ...]) -> list[str] | None:
-    """The Host header names to serve (None: any): the address and loopback's names, so a
-    page elsewhere whose name was rebound to this address gets 400, not the tickets."""
+    """The Host header names to serve (None: any, said on stderr): the address and
+    loopback's names, so a page elsewhere whose name was rebound to this address gets 400,
+    not the tickets."""
     if address in ("0.0.0.0", "::") and not allowed:
+        _say(
+            f"listening on {address}, any Host header is served; name the host with "
+            "--allowed-host to refuse the others"
+        )
         return None
     return sorted({address, "localhost", "127.0.0.1", *allowed})
 

@@ -11,9 +11,11 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from orchestrator.config.broker_url import broker_url_problem, shown
 from orchestrator.coordination.leases import DEFAULT_LEASE_S
 from orchestrator.errors import ConfigError
+from orchestrator.run.outline import STOP_POINTS
 from workers.settings import SettingsError, load
 
-StopAfter = Literal["route", "merge"]
+# The steps a run may be asked to stop after (the plan's rows that say so).
+StopAfter = Literal[STOP_POINTS]  # type: ignore[valid-type]
 
 
 class GraphSettings(BaseSettings):

@@ -23,7 +23,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from orchestrator.config.environment import GraphSettings
-from orchestrator.config.tables import WorkerConfig, WorkspaceConfig
+from orchestrator.config.tables import AngleConfig, WorkerConfig, WorkspaceConfig
 from orchestrator.config.workspace import Workspace
 from orchestrator.errors import ConfigError
 from orchestrator.run.records import RoleSettings, RunConfig, WorkerSpec
@@ -153,19 +153,32 @@ def roles(workspace: Workspace, config: WorkspaceConfig) -> dict[str, RoleSettin
 
 
 def _worker(workspace: Workspace, name: str, table: WorkerConfig) -> WorkerSpec:
-    """A worker as the run fixes it: its prompt's text read now, its caps as set."""
-    prompt = table.prompt
-    if table.prompt_file is not None:
-        prompt = _text(workspace, f"[workers.{name}] prompt_file", table.prompt_file)
+    """A worker as the run fixes it: its prompt's (or each angle's) text read now, its caps
+    as set."""
+    angles = {
+        angle: _prompt(workspace, f"[workers.{name}.angles.{angle}]", given)
+        for angle, given in table.angles.items()
+    }
+    prompt = (
+        next(iter(angles.values())) if angles else _prompt(workspace, f"[workers.{name}]", table)
+    )
     own = table.model_dump(include=set(ROLE_KEYS), exclude_unset=True)
     return WorkerSpec(
         **own,
         description=table.description,
-        prompt=(prompt or "").strip(),
+        prompt=prompt,
+        angles=angles,
         tools=table.tools,
         reads=table.reads,
         approval=table.approval,
     )
+
+
+def _prompt(workspace: Workspace, table: str, given: WorkerConfig | AngleConfig) -> str:
+    """The text of a system prompt a table gives inline or as a workspace file."""
+    if given.prompt_file is not None:
+        return _text(workspace, f"{table} prompt_file", given.prompt_file)
+    return (given.prompt or "").strip()
 
 
 def _template(workspace: Workspace, name: str, file: str) -> str:

@@ -4,6 +4,7 @@ value out of range an error naming its key, both before anything is claimed."""
 from __future__ import annotations
 
 import difflib
+import re
 import tomllib
 from pathlib import Path
 from typing import Any, get_args, get_origin
@@ -19,6 +20,8 @@ from workers.sandbox import root_problem
 APPROVAL_WORDS = ("always", "never")
 # The review gate's checks (steps/gate.py) by name, as [gate] off may name them.
 CHECKS = ("echo", "not_prose", "length", "unsupported_fact")
+# An angle's name: part of its agent state's file name (agents/<ticket>.draft-<angle>.json).
+ANGLE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,31}$")
 
 
 class _Table(BaseModel):
@@ -58,6 +61,19 @@ def _a_workspace_file(name: str | None) -> str | None:
     return name
 
 
+def _workspace_files(names: list[str]) -> list[str]:
+    """Folders or files of the workspace a table names, each as `_a_workspace_file`."""
+    for name in names:
+        _a_workspace_file(name)
+    return names
+
+
+def _an_import_path_like(name: str, example: str) -> None:
+    """`ValueError` unless `name` is an import path ("module:name") like `example`."""
+    if not _an_import_path(name):
+        raise ValueError(f"{name!r} is not an import path like {example!r}")
+
+
 class GateConfig(_Table):
     """The deterministic gate and the review loop."""
 
@@ -87,8 +103,7 @@ class GateConfig(_Table):
     @classmethod
     def _import_paths(cls, checks: list[str]) -> list[str]:
         for path in checks:
-            if not _an_import_path(path):
-                raise ValueError(f"{path!r} is not an import path like 'my_checks:no_discounts'")
+            _an_import_path_like(path, "my_checks:no_discounts")
         return checks
 
 
@@ -129,13 +144,33 @@ class RouterConfig(RoleConfig):
         return self
 
 
+class AngleConfig(_Table):
+    """One angle of a worker (`[workers.<category>.angles.<name>]`): another system prompt
+    for the same task, with the same tools and caps. A worker with two or more drafts each
+    ticket once from each; the gate and then the length choose (steps/voting.py)."""
+
+    prompt: str | None = None  # inline
+    prompt_file: str | None = None  # ... or a workspace file
+
+    _inside = field_validator("prompt_file")(_a_workspace_file)
+
+    @model_validator(mode="after")
+    def _one_prompt(self) -> AngleConfig:
+        if (self.prompt is None) == (self.prompt_file is None):
+            raise ValueError("give the angle's system prompt: prompt (inline) or prompt_file")
+        return self
+
+
 class WorkerConfig(RoleConfig):
-    """One category's worker (`[workers.<category>]`): an agent with its own prompt, tools,
-    readable files and caps."""
+    """One category's worker (`[workers.<category>]`): an agent with its own prompt (or two
+    or more `angles`, voted between), tools, readable files and caps."""
 
     description: str = Field(default="", description="one line, used in the routing prompt")
     prompt: str | None = None  # its system prompt, inline
     prompt_file: str | None = None  # ... or a workspace file
+    # Two or more prompts for the same task, by name, in the order declared (ties go to
+    # the first); instead of `prompt`.
+    angles: dict[str, AngleConfig] = {}
     tools: list[str] = []  # built-in names (read_file, ...) or import paths (module:name)
     reads: list[str] = []  # folders or files of the workspace its tools may read
     # tool name -> "always", "never" or a rule on the call's arguments
@@ -143,25 +178,40 @@ class WorkerConfig(RoleConfig):
 
     _inside = field_validator("prompt_file")(_a_workspace_file)
 
-    @field_validator("reads")
-    @classmethod
-    def _safe_roots(cls, reads: list[str]) -> list[str]:
-        for root in reads:
-            if (problem := root_problem(root)) is not None:
-                raise ValueError(f"{root!r} {problem}")
-        return reads
+    _safe_roots = field_validator("reads")(_workspace_files)
 
     @field_validator("tools")
     @classmethod
     def _tool_names(cls, tools: list[str]) -> list[str]:
         for name in tools:
-            if ":" in name and not _an_import_path(name):
-                raise ValueError(f"{name!r} is not an import path like 'my_tools:track_parcel'")
+            if ":" in name:  # else a built-in tool's name
+                _an_import_path_like(name, "my_tools:track_parcel")
         return tools
+
+    @field_validator("angles")
+    @classmethod
+    def _angle_names(cls, angles: dict[str, AngleConfig]) -> dict[str, AngleConfig]:
+        for name in angles:
+            if not ANGLE_NAME.match(name):
+                raise ValueError(
+                    f"angle {name!r}: an angle's name is 1-32 letters, digits, '-' or '_', "
+                    "starting with a letter or digit (it names the angle's agent state file)"
+                )
+        if len(angles) == 1:
+            raise ValueError(
+                "one angle is no vote: declare two or more, or give the worker's prompt instead"
+            )
+        return angles
 
     @model_validator(mode="after")
     def _one_prompt(self) -> WorkerConfig:
-        if (self.prompt is None) == (self.prompt_file is None):
+        given = self.prompt is not None or self.prompt_file is not None
+        if self.angles and given:
+            raise ValueError(
+                "a worker with angles takes its prompts from them: remove its prompt "
+                "(or prompt_file), or its angles"
+            )
+        if not self.angles and (self.prompt is None) == (self.prompt_file is None):
             raise ValueError("give the worker's system prompt: prompt (inline) or prompt_file")
         return self
 

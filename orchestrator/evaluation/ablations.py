@@ -7,11 +7,14 @@ the evaluation's temporary copy (the workspace's own file is never touched).
                 but what it says no longer matters; its cost is taken out of the figures.
     review      no rewrite loop: the gate judges the first draft ([gate] max_rounds = 0)
     evaluator   no model-based check after the gate ([evaluator] enabled = false)
+    voting      no vote between a worker's angles: each worker with `angles` drafts once,
+                from its first angle's prompt (steps/voting.py); the other angles' cost is
+                gone, and what the vote chose no longer matters
     gate:NAME   one gate check off (echo, not_prose, length, unsupported_fact), or one of the
                 workspace's own [gate] checks by its import path
 
-Voting between a worker's angles is another layer: `LAYERS` is the one table, and a layer is
-one entry, a function that changes the configuration in place (`register`).
+`LAYERS` is the one table, and a layer is one entry, a function that changes the
+configuration in place (`register`).
 """
 
 from __future__ import annotations
@@ -67,6 +70,19 @@ def _evaluator(config: Config) -> None:
     config["evaluator"]["enabled"] = False
 
 
+def _voting(config: Config) -> None:
+    """Each worker with angles drafts from its first angle alone."""
+    angled = {n: w for n, w in config.get("workers", {}).items() if w.get("angles")}
+    if not angled:
+        raise UsageError(
+            "--ablate voting: no worker of this workspace declares angles "
+            "([workers.<category>.angles.<name>]): there is no vote to take out"
+        )
+    for worker in angled.values():
+        first = next(iter(worker.pop("angles").values()))
+        worker.update({k: first[k] for k in ("prompt", "prompt_file") if k in first})
+
+
 def _gate_check(name: str) -> Ablate:
     def ablate(config: Config) -> None:
         gate = config.setdefault("gate", {})
@@ -84,7 +100,12 @@ def _gate_check(name: str) -> Ablate:
     return ablate
 
 
-LAYERS: dict[str, Ablate] = {"route": _route, "review": _review, "evaluator": _evaluator}
+LAYERS: dict[str, Ablate] = {
+    "route": _route,
+    "review": _review,
+    "evaluator": _evaluator,
+    "voting": _voting,
+}
 
 
 def register(layer: str, ablate: Ablate) -> None:

@@ -138,14 +138,26 @@ def _run(copy: Path, model: Model, timeout_s: float) -> dict[str, object]:
     command = [sys.executable, "-m", "orchestrator.cli", "run", "--json", *model.flags()]
     command += ["--workspace", str(copy), "--timeout", str(timeout_s)]
     done = subprocess.run(command, cwd=copy, env=env, capture_output=True, text=True)
-    if done.returncode not in RUN_DONE:
-        said = done.stderr.strip().splitlines()[-1:] or [f"exit {done.returncode}"]
-        raise EvalError(f"the evaluation's run ended with exit {done.returncode}: {said[0]}")
     try:
         document: dict[str, object] = json.loads(done.stdout)
     except ValueError as exc:
-        raise EvalError(f"the evaluation's run printed no JSON document: {exc}") from exc
+        if done.returncode in RUN_DONE:
+            raise EvalError(f"the evaluation's run printed no JSON document: {exc}") from exc
+        document = {}
+    if done.returncode not in RUN_DONE:
+        said = _why(document, done.stderr) or f"exit {done.returncode}"
+        raise EvalError(f"the evaluation's run ended with exit {done.returncode}: {said}")
     return document
+
+
+def _why(document: dict[str, object], stderr: str) -> str | None:
+    """Why a run crashed: its record's error (a crashed run prints its JSON document and
+    nothing on stderr), else stderr's last line."""
+    record = document.get("record")
+    if isinstance(record, dict) and record.get("error"):
+        return str(record["error"])
+    said = stderr.strip().splitlines()[-1:]
+    return said[0] if said else None
 
 
 def _result(copy: Path, document: dict[str, object], variant: str, wall_s: float) -> RunResult:

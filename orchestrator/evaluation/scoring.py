@@ -14,6 +14,7 @@ from orchestrator.evaluation.runner import RunResult, TicketResult
 from orchestrator.evaluation.stats import percentile
 
 PASS, NEEDS_HUMAN = "pass", "needs_human"
+WANTED = {"pass": PASS, "needs_person": NEEDS_HUMAN}
 MISSING = TicketResult(None, "missing", None, 0, 0.0, 0.0, "", "not in the run's record")
 
 
@@ -25,7 +26,7 @@ def misses(expected: Expectation, got: TicketResult) -> list[str]:
     lowered = got.text.lower()
     missed += [f"lacks {p!r}" for p in expected.contains if p.lower() not in lowered]
     missed += [f"says {p!r}" for p in expected.not_contains if p.lower() in lowered]
-    wanted = {"pass": PASS, "needs_person": NEEDS_HUMAN}.get(expected.outcome or "")
+    wanted = WANTED.get(expected.outcome or "")
     if wanted is not None and got.status != wanted:
         missed.append(f"{got.status} (expected {wanted}{', ' + got.stop if got.stop else ''})")
     return missed
@@ -39,6 +40,7 @@ class TicketScore:
     needs_person: float
     met: float
     routed_right: float | None
+    agreed: float | None  # the outcome a person's label asks for, met (labels only)
     cost_usd: float
     latency_s: float
     misses: list[str] = field(default_factory=list)
@@ -57,11 +59,13 @@ def score_tickets(dataset: Dataset, runs: list[RunResult]) -> dict[str, TicketSc
             if expected.category is not None
             else None
         )
+        wanted = WANTED.get(expected.outcome or "") if expected.label is not None else None
         scores[ticket] = TicketScore(
             passed=statistics.fmean(g.status == PASS for g in got),
             needs_person=statistics.fmean(g.status == NEEDS_HUMAN for g in got),
             met=statistics.fmean(not m for m in missed),
             routed_right=routed,
+            agreed=None if wanted is None else statistics.fmean(g.status == wanted for g in got),
             cost_usd=statistics.fmean(g.cost_usd for g in got),
             latency_s=statistics.fmean(g.latency_s for g in got),
             misses=sorted({m for ms in missed for m in ms}),
@@ -78,7 +82,7 @@ def summary(
     n = len(scores) or 1
     values = list(scores.values())
     spent = statistics.fmean(r.cost_usd - (0 if route else r.route_cost_usd) for r in runs)
-    labelled = [t for t, e in dataset.expected.items() if e.label is not None]
+    agreed = [s.agreed for s in values if s.agreed is not None]
     routed = [s.routed_right for s in values if s.routed_right is not None]
     return {
         "tickets": len(scores),
@@ -88,9 +92,7 @@ def summary(
         "pass_rate": sum(s.passed for s in values) / n,
         "needs_person_rate": sum(s.needs_person for s in values) / n,
         "expectations_met": sum(s.met for s in values) / n,
-        "label_agreement": (
-            statistics.fmean(scores[t].met for t in labelled) if labelled else None
-        ),
+        "label_agreement": statistics.fmean(agreed) if agreed else None,
         "cost_per_ticket_usd": spent / n,
         "cost_usd": {"median": _median([s.cost_usd for s in values]), "p95": _p95(values)},
         "latency_s": {

@@ -57,7 +57,7 @@ def handle(
     draft = draft if draft is not None else (reply.final_text(store, ticket_id, record) or "")
     final = _final(action, draft, edited)
     verdict = "closed" if final is None else ("sent" if final == draft else "edited")
-    out = None if final is None else str(Path("out") / f"{ticket_id}.txt")
+    out = None if final is None else ids.out_name(ticket_id)
     made = verdicts.made_now(store, ticket_id, verdict, by, reason, draft, final, out)
     kept.record(store, HANDLED, made)
     if final is not None:

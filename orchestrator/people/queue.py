@@ -193,41 +193,47 @@ def _stamp(when: datetime) -> str:
 
 
 def _ticket_item(store: RunStore, ticket_id: str, record: TicketRecord, now: datetime) -> Item:
-    since = _since(store, ticket_id)
-    run = store.run_id
-    return Item(
-        kind="ticket",
-        run_id=run,
-        ticket=ticket_id,
-        category=record.category,
-        reason=record.stop or record.status.value,
-        why=stops.reason(record),
-        since=_stamp(since),
-        age_s=round((now - since).total_seconds(), 1),
-        commands=[
-            f"ticketgraph handle {run} {ticket_id} --send",
-            f"ticketgraph handle {run} {ticket_id} --reply-file FILE",
-            f"ticketgraph handle {run} {ticket_id} --close --reason '...'",
-        ],
+    reason = record.stop or record.status.value
+    verbs = (
+        ("handle", "--send"),
+        ("handle", "--reply-file FILE"),
+        ("handle", "--close --reason '...'"),
+    )
+    return _record_item(
+        store, ticket_id, record, now, "ticket", reason, stops.reason(record), verbs
     )
 
 
 def _audit_item(store: RunStore, ticket_id: str, record: TicketRecord, now: datetime) -> Item:
+    why = f"a sampled pass ([review] audit_share): {record.summary or record.one_line or ''}"
+    verbs = ("audit", "--good"), ("audit", "--bad --reason '...'")
+    return _record_item(store, ticket_id, record, now, "audit", "audit", why, verbs)
+
+
+def _record_item(
+    store: RunStore,
+    ticket_id: str,
+    record: TicketRecord,
+    now: datetime,
+    kind: Kind,
+    reason: str,
+    why: str,
+    verbs: Iterable[tuple[str, str]],
+) -> Item:
+    """An item that waits since the ticket's verdict; each of `verbs` (a command and its
+    options) becomes `ticketgraph <command> <run> <ticket> <options>`."""
     since = _since(store, ticket_id)
     run = store.run_id
     return Item(
-        kind="audit",
+        kind=kind,
         run_id=run,
         ticket=ticket_id,
         category=record.category,
-        reason="audit",
-        why=f"a sampled pass ([review] audit_share): {record.summary or record.one_line or ''}",
+        reason=reason,
+        why=why,
         since=_stamp(since),
         age_s=round((now - since).total_seconds(), 1),
-        commands=[
-            f"ticketgraph audit {run} {ticket_id} --good",
-            f"ticketgraph audit {run} {ticket_id} --bad --reason '...'",
-        ],
+        commands=[f"ticketgraph {verb} {run} {ticket_id} {options}" for verb, options in verbs],
     )
 
 

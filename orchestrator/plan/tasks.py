@@ -40,7 +40,7 @@ from orchestrator.run.fence import EpochFence, path
 from orchestrator.run.records import CANCELLED, RunPhase, TicketRecord
 from orchestrator.run.store import RunStore
 from orchestrator.steps.agent import shared_client
-from orchestrator.steps.context import Context, fan_in
+from orchestrator.steps.context import Context, Follows, Stop, fan_in
 from workers.errors import Cancelled, Superseded
 
 T = TypeVar("T")
@@ -139,18 +139,29 @@ def _whole_run(plan: Plan, step: Step, run_dir: str, attempt: str) -> Summary:
         code = meta.exit_code
         _broker(lambda: events.publish(r, run_id, "run_end", exit_code=code), "ending a run")
         return {"step": step.name, "exit_code": code}
-    taking = result if isinstance(result, list) else []
+    taking = result
     pool = meta.config.pool_size
     send = lambda: canvas.send_next(r, plan, step, ctx.store, attempt, taking, pool)  # noqa: E731
     _broker(send, "sending the next step")
     return {"step": step.name, "tickets": len(taking)}
 
 
-def _close_then_run(ctx: Context, before: Step | None, step: Step) -> Any:
-    """Close the per-ticket step before `step` (its tickets are all done), then run `step`."""
+def _close_then_run(ctx: Context, before: Step | None, step: Step) -> list[str]:
+    """Close the per-ticket step before `step` (its tickets are all done), run `step`, and
+    end the run where its answer (or its row's stop point) says; return the tickets that go
+    on to the step after it."""
     if before is not None and before.per_ticket:
         _close_fan_out(ctx, before)
-    return step.run(ctx)
+    follows: Follows = step.run(ctx)
+    if isinstance(follows, Stop):
+        ending.stopped(ctx.store, follows.why)
+    elif isinstance(follows, int):
+        ending.verdict(ctx.store, follows)
+    elif step.stop_point and ctx.meta.config.stop_after == step.name:
+        ending.stop_early(ctx.store)  # where the run was asked to stop (exit 2, resumable)
+    else:
+        return follows
+    return []
 
 
 def _start_fan_out(plan: Plan, step: Step, run_dir: str, attempt: str) -> Summary:
@@ -307,13 +318,13 @@ def _held(
     ctx.open_node()
     if (differ := declarations.mismatch(Path(ctx.meta.workspace), ctx.meta.config)) is not None:
         # Another version of the tools or checks than the run's: draft nothing with them.
-        status = ctx.fail_ticket(ticket_id, differ, stop=DECLARATIONS_DIFFER)
+        status = _failed(ctx, ticket_id, differ, stop=DECLARATIONS_DIFFER)
         hand_on()
         return status
 
     def out_of_time() -> None:
         error = "still running at the hard time limit; its worker process was replaced"
-        ctx.fail_ticket(ticket_id, error, stop=timelimits.TIME_LIMIT)
+        _failed(ctx, ticket_id, error, stop=timelimits.TIME_LIMIT)
         hand_on(in_row=False)  # its process exits next: the next ticket gets a message
 
     try:
@@ -322,18 +333,35 @@ def _held(
             _limited(ctx, f"{step.name} {ticket_id}", out_of_time),
         ):
             if (cancel := cancels.of(store.dir, ticket_id)) is not None:  # before paying
-                status: str = ctx.fail_ticket(ticket_id, cancel.why, stop=CANCELLED)
+                status = _failed(ctx, ticket_id, cancel.why, stop=CANCELLED)
             else:
-                status = step.run(ctx, ticket_id)
+                status = _saved(ctx, ticket_id, step.run(ctx, ticket_id, seen[0]))
     except (OSError, Superseded, RunStateError):
         raise
     except Exception as exc:
-        status = ctx.fail_ticket(ticket_id, f"{type(exc).__name__}: {exc}")
+        status = _failed(ctx, ticket_id, f"{type(exc).__name__}: {exc}")
     hand_on()
     if ctx.run_ended():  # while this ticket ran: count it in, and show its verdict
         totals.recount_quietly(ctx.store)
     lease.touch(ctx.store)  # the run makes progress: its lease stays live without its CLI
     return status
+
+
+def _saved(ctx: Context, ticket_id: str, ticket: TicketRecord) -> str:
+    """Save the ticket's record a per-ticket step returned, then trace what the step said
+    of it; return its status."""
+    ctx.store.save_ticket(ticket_id, ticket)
+    ctx.told()
+    return ticket.status.value
+
+
+def _failed(ctx: Context, ticket_id: str, error: str, stop: str = "worker_failed") -> str:
+    """Record a ticket's failure in its step as its verdict, from its record as saved (what
+    the step had not saved is not kept, nor what it would have traced of it)."""
+    ctx.untold()
+    return _saved(
+        ctx, ticket_id, ctx.failed(ticket_id, ctx.store.ticket(ticket_id), error, stop=stop)
+    )
 
 
 # --- what every task shares ------------------------------------------------------------------

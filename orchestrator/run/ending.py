@@ -22,20 +22,26 @@ def end(
     error: str | None = None,
     event: str | None = None,
     if_running: bool = False,
+    cancel: Cancel | None = None,
 ) -> int:
-    """End the run with `status` and `exit_code`; trace `event` (with the error, if any);
-    return the exit code. `if_running`: a run that already ended stays as it ended, and its
-    own exit code is returned."""
+    """End the run with `status` and `exit_code`; trace `event` (with the error, if any,
+    and who cancelled it and why, for a `cancel`); return the exit code. `if_running`: a
+    run that already ended stays as it ended, and its own exit code is returned."""
 
     def ends(meta: RunMeta) -> bool:
         if if_running and meta.status is not RunPhase.RUNNING:
             return False
+        meta.cancel = cancel or meta.cancel
         meta.end(status, exit_code, error)
         return True
 
     def trace() -> None:
-        if event is not None:
-            store.tracer(node="run").emit(event, **({"error": error} if error else {}))
+        if event is None:
+            return
+        fields: dict[str, object] = {"error": error} if error else {}
+        if cancel is not None:
+            fields |= {"by": cancel.by, "reason": cancel.reason}
+        store.tracer(node="run").emit(event, **fields)
 
     if (ended := _end(store, ends, trace)) is not None:
         return ended
@@ -71,6 +77,14 @@ def _end(store: RunStore, ends: Callable[[RunMeta], bool], trace: Callable[[], N
     return None
 
 
+def verdict(store: RunStore, exit_code: int) -> int:
+    """End the run done, with its verdict's exit code (a run already done keeps its own)."""
+    done = store.meta()
+    if done.status is RunPhase.DONE and done.exit_code is not None:
+        return done.exit_code
+    return end(store, RunPhase.DONE, exit_code)
+
+
 def stop_early(store: RunStore) -> int:
     """End the run at the stop point it was asked to stop at (exit 2, resumable)."""
     return end(store, RunPhase.STOPPED, ExitCode.STOPPED)
@@ -88,20 +102,8 @@ def cancelled(store: RunStore, cancel: Cancel, event: str) -> int:
     """End a running run stopped because someone cancelled it (exit 2, resumable); a run
     that already ended stays as it ended."""
 
-    def ends(meta: RunMeta) -> bool:
-        if meta.status is not RunPhase.RUNNING:
-            return False
-        meta.cancel = cancel
-        meta.end(RunPhase.STOPPED, ExitCode.STOPPED, cancel.why)
-        return True
-
-    def trace() -> None:
-        store.tracer(node="run").emit(event, error=cancel.why, by=cancel.by, reason=cancel.reason)
-
-    if (ended := _end(store, ends, trace)) is not None:
-        return ended
-    store.materialise()
-    return ExitCode.STOPPED
+    why = cancel.why
+    return end(store, RunPhase.STOPPED, ExitCode.STOPPED, why, event, True, cancel)
 
 
 def crashed(store: RunStore, exc: BaseException, if_running: bool = False) -> int:

@@ -39,6 +39,12 @@ def run(value: str) -> str:
     return value
 
 
+def out_name(ticket_id: str) -> str:
+    """`out/<ticket>.txt`: where a ticket's reply is published, relative to the workspace
+    (a record's `file`, the trace's), for a checked ticket id."""
+    return f"out/{ticket(ticket_id)}.txt"
+
+
 def out_file(workspace: Path, ticket_id: str) -> Path:
     """out/<ticket>.txt of a workspace, for a checked ticket id."""
-    return workspace / "out" / f"{ticket(ticket_id)}.txt"
+    return workspace / out_name(ticket_id)

@@ -22,6 +22,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from orchestrator.run.outline import REPORTED_NODES
 from workers.pricing import PriceTable
 
 
@@ -148,6 +149,25 @@ class Routed(BaseModel, frozen=True):
             setattr(ticket, name, value)
 
 
+class Candidate(BaseModel):
+    """One angle's draft in a vote (steps/voting.py): how long it is, what the gate said of
+    it, and what it cost."""
+
+    angle: str
+    chars: int | None = None  # None: the angle gave no draft
+    passed: bool = False
+    report: str = ""  # the gate's report ("" when it passed), or why there was no draft
+    usage: StepUsage = StepUsage()
+
+
+class Vote(BaseModel):
+    """Which angle's draft a ticket went on with, and why: code chose, never a model."""
+
+    angle: str
+    why: str
+    candidates: list[Candidate] = []
+
+
 class TicketRecord(BaseModel):
     """One ticket's record: the seed's fields plus where it came from and what it cost."""
 
@@ -174,30 +194,47 @@ class TicketRecord(BaseModel):
     waiting: WaitingCall | None = None  # the call that waits for a person's decision
     # Write tool calls interrupted by a crash before their result: maybe done, never redone.
     unsure_writes: list[str] = []
-    draft: StepUsage = StepUsage()
+    # What each step paid for it: a step with a field of its own name keeps it there (draft
+    # and review, as run-state.json has shown them since the seed), any other in `spent`.
+    draft: StepUsage = StepUsage()  # with angles: every angle's draft
     review: StepUsage = StepUsage()
     spent: dict[str, StepUsage] = {}  # what any other step paid for it, by step
+    vote: Vote | None = None  # its worker's angles, and the one whose draft won
 
     def spent_in(self, step: str) -> StepUsage:
-        """What `step` paid for this ticket (draft and review keep their own fields)."""
-        if step in ("draft", "review"):
+        """What `step` paid for this ticket."""
+        if step in _OWN_SPEND:
             return getattr(self, step)  # type: ignore[no-any-return]
         return self.spent.get(step, StepUsage())
 
     def total(self) -> StepUsage:
-        """What every step paid for this ticket."""
-        total = self.draft + self.review
-        for used in self.spent.values():
-            total = total + used
-        return total
+        """What every step paid for this ticket (its cost)."""
+        return ticket_spend(self.model_dump(include={*_OWN_SPEND, "spent"}))
 
     def spend(self, step: str, usage: StepUsage) -> None:
         """Add what `step` paid for this ticket."""
         total = self.spent_in(step) + usage
-        if step in ("draft", "review"):
+        if step in _OWN_SPEND:
             setattr(self, step, total)
         else:
             self.spent[step] = total
+
+
+# The steps whose spend a ticket's record keeps in a field of their own (see TicketRecord).
+_OWN_SPEND = frozenset(
+    name for name, f in TicketRecord.model_fields.items() if f.annotation is StepUsage
+)
+
+
+def ticket_spend(record: Mapping[str, Any]) -> StepUsage:
+    """What every step paid for a ticket (its cost), from its record as JSON data: the one
+    sum that the report, the web view and the run's totals show."""
+    total = StepUsage()
+    spends = [record.get(name) for name in sorted(_OWN_SPEND)]
+    for used in [*spends, *(record.get("spent") or {}).values()]:
+        if used:
+            total = total + StepUsage.model_validate(used)
+    return total
 
 
 class RoleSettings(BaseModel):
@@ -215,10 +252,17 @@ class WorkerSpec(RoleSettings):
     """One category's worker as the run fixed it, so every machine drafts with exactly it."""
 
     description: str = ""
-    prompt: str = ""  # the system prompt's text
+    prompt: str = ""  # the system prompt's text (with angles: the first angle's)
+    # Angle name -> its system prompt's text, in the order declared (steps/voting.py);
+    # empty: the worker drafts once, with `prompt`.
+    angles: dict[str, str] = {}
     tools: list[str] = []
     reads: list[str] = []
     approval: dict[str, str] = {}
+
+    def prompt_of(self, angle: str | None) -> str:
+        """The system prompt of `angle`, or the worker's own (None)."""
+        return self.prompt if angle is None else self.angles[angle]
 
 
 class RunConfig(BaseModel):
@@ -268,8 +312,9 @@ class RunConfig(BaseModel):
     # worker process whose own differs refuses the run's tasks (config/declarations.py).
     fingerprint: str = ""
     scripted: bool = False  # the run is served by the workspace's scripted provider
-    # The nodes of the run's plan that its report lists, in order (the plan's table).
-    nodes: list[str] = ["route", "fanout", "merge", "review"]
+    # The nodes of the run's plan that its report lists, in order (the plan's table; a run
+    # recorded before runs kept theirs ran the default plan).
+    nodes: list[str] = list(REPORTED_NODES)
 
 
 class BudgetTotals(BaseModel):
@@ -348,11 +393,14 @@ class RunMeta(BaseModel):
     totals: RunTotals | None = None  # set when the run ends, cleared when it is resumed
 
     def end(self, status: RunPhase, exit_code: int | None, error: str | None = None) -> None:
-        """Set where the run ended and the exit code cron will see (a run set running again
-        loses its totals)."""
+        """Set where the run ended and the exit code cron will see (run/ending.py ends a
+        run; a claim that has not finished reads crashed until it does)."""
         self.status, self.exit_code, self.error = status, exit_code, error
-        if status is RunPhase.RUNNING:
-            self.totals = None
+
+    def reopen(self) -> None:
+        """Set the run running again (a claim finished, or `resume`): no exit code, no
+        error, and no totals (they are counted again when it ends)."""
+        self.status, self.exit_code, self.error, self.totals = RunPhase.RUNNING, None, None, None
 
 
 class RunRecord(RunMeta):

@@ -31,6 +31,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from orchestrator.errors import RunStateError, UsageError
 from orchestrator.run import ids
+from orchestrator.run.outline import ROUTE
 from orchestrator.run.records import (
     NodeRecord,
     Routed,
@@ -48,7 +49,7 @@ META_FILE = "run.json"
 TRACE_FILE = "run.jsonl"
 REPORT_FILE = "report.txt"
 ROUTES_FILE = "routes.json"
-ROUTE_NODE = "route"  # the node that writes ROUTES_FILE (its name in plan/steps.py)
+ROUTE_NODE = ROUTE.node  # the node that writes ROUTES_FILE
 
 ROUTER = "_router"  # the router's agent files: no ticket id starts with "_"
 
@@ -460,7 +461,7 @@ def _show_published(ticket: TicketRecord, ticket_id: str, one_line: str | None) 
     """A ticket merge published (`one_line`: its summary in published.json) that review has
     not taken yet: its out/ file and summary."""
     if one_line is not None and ticket.file is None:
-        ticket.file, ticket.one_line = f"out/{ticket_id}.txt", one_line
+        ticket.file, ticket.one_line = ids.out_name(ticket_id), one_line
 
 
 def _names(folder: Path, suffix: str) -> set[str]:

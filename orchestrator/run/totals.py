@@ -23,7 +23,7 @@ from pydantic import BaseModel, ValidationError
 
 from orchestrator.errors import RunStateError
 from orchestrator.run.records import RunMeta, RunPhase, RunTotals, spent
-from orchestrator.run.store import RunStore
+from orchestrator.run.store import ROUTE_NODE, RunStore
 from workers import atomic
 from workers.usage import RunUsage
 
@@ -84,7 +84,7 @@ def count(store: RunStore, meta: RunMeta) -> None:
     # What the nodes and records say is a floor: an agent's file that could not be read.
     figures = spent(
         (n.model_dump() for n in nodes.values()),
-        nodes["route"].model_dump() if "route" in nodes else {},
+        nodes[ROUTE_NODE].model_dump() if ROUTE_NODE in nodes else {},
         used,
     )
     agents = paid(store)

@@ -242,7 +242,8 @@ def role_of(config: RunConfig, role: str) -> Role:
         params=params,
         max_turns=own.max_turns or config.max_turns,
         budget_usd=own.budget_usd or budget,
-        prompt=own.prompt or None,
+        # A worker's prompt is its caller's to give (steps/draft.py: its own, or an angle's).
+        prompt=None if role in config.workers else own.prompt or None,
     )
 
 

@@ -34,6 +34,19 @@ from workers.state import Interruption
 from workers.trace import Tracer, now_iso
 
 
+@dataclass(frozen=True)
+class Stop:
+    """What a whole-run step returns when the run must stop there, resumable (exit 2), for
+    `why`; the task layer ends the run (plan/tasks.py)."""
+
+    why: str
+
+
+# What a whole-run step returns: the tickets the per-ticket step after it takes, a `Stop`,
+# or (the last step) the exit code of the run's verdict.
+Follows = list[str] | Stop | int
+
+
 @dataclass
 class Context:
     """One step's view of a run: its files (written through the task's fence), this worker's
@@ -50,6 +63,10 @@ class Context:
 
     # run.json's version when `meta` read it (RunStore.meta_version).
     _meta_read: tuple[int, int, int] | None = field(default=None, init=False, repr=False)
+    # Events about a ticket's record that the trace gets once the task saved it (`told`).
+    _untold: list[tuple[str, str, dict[str, object]]] = field(
+        default_factory=list, init=False, repr=False
+    )
 
     @functools.cached_property
     def meta(self) -> RunMeta:
@@ -69,6 +86,21 @@ class Context:
     def tracer(self, **fields: object) -> Tracer:
         """A tracer for this run with the step's node (and any `fields`) on every line."""
         return self.store.tracer(node=self.node, **fields)
+
+    def tell(self, ticket_id: str, event: str, **fields: object) -> None:
+        """Trace `event` about the ticket once its record is saved (`told`): whoever reads
+        the trace finds the record saying so."""
+        self._untold.append((ticket_id, event, fields))
+
+    def untold(self) -> None:
+        """Forget the events of a record that will not be saved (its step failed)."""
+        self._untold.clear()
+
+    def told(self) -> None:
+        """Trace the events the step kept for after its record was saved (the task saved it)."""
+        untold, self._untold[:] = list(self._untold), []
+        for ticket_id, event, fields in untold:
+            self.tracer(ticket=ticket_id).emit(event, **fields)
 
     def ticket_text(self, ticket_id: str) -> str:
         """The ticket's text as claimed into the run folder."""
@@ -98,36 +130,35 @@ class Context:
 
     # --- a ticket's failure -----------------------------------------------------------------
 
-    def fail_ticket(
+    def failed(
         self,
         ticket_id: str,
+        ticket: TicketRecord,
         error: str,
         handler: str | None = None,
         usage: StepUsage | None = None,
         retryable: bool = True,
         stop: str = "worker_failed",
-    ) -> str:
-        """Record a ticket's failure in this step as its verdict; the batch goes on.
-        `retryable`: `resume` tries it again (a provider outage, a crash of ours, a time
+    ) -> TicketRecord:
+        """The ticket's record with its failure in this step as its verdict; the batch goes
+        on. `retryable`: `resume` tries it again (a provider outage, a crash of ours, a time
         limit); `stop`: worker_failed, time_limit, max_turns or budget."""
-        ticket = self.store.ticket(ticket_id)
         ticket.handler = handler or ticket.handler
         ticket.error, ticket.stop, ticket.status = error, stop, TicketStatus.NEEDS_HUMAN
         ticket.retryable, ticket.stopped_in = retryable, self.step
         ticket.spend(self.step, usage or StepUsage())
-        self.store.save_ticket(ticket_id, ticket)
-        self.tracer(ticket=ticket_id).emit(stop, error=error)
-        return ticket.status.value
+        self.tell(ticket_id, stop, error=error)
+        return ticket
 
     def wait_for_person(
         self,
         ticket_id: str,
+        ticket: TicketRecord,
         call: Interruption,
         handler: str | None,
         usage: StepUsage,
-        ticket: TicketRecord | None = None,
-    ) -> str:
-        """Record that the ticket's worker stopped for a call a person must decide: the
+    ) -> TicketRecord:
+        """The ticket's record once its worker stopped for a call a person must decide: the
         request in approvals/, the ticket `awaiting_approval` (its slot goes to the next one);
         `resume` takes it up in this step once the call is decided."""
         args = dict(call.args or {})
@@ -146,7 +177,6 @@ class Context:
             step=self.step,
         )
         approvals.ask(self.store, request)
-        ticket = ticket or self.store.ticket(ticket_id)
         ticket.handler = handler or ticket.handler
         ticket.status, ticket.stop = (
             TicketStatus.AWAITING_APPROVAL,
@@ -161,11 +191,10 @@ class Context:
             asked_at=request.asked_at,
         )
         ticket.spend(self.step, usage)
-        self.store.save_ticket(ticket_id, ticket)
-        self.tracer(ticket=ticket_id).emit(
-            "awaiting_approval", call_id=request.call_id, tool=request.tool, args=args
+        self.tell(
+            ticket_id, "awaiting_approval", call_id=request.call_id, tool=request.tool, args=args
         )
-        return ticket.status.value
+        return ticket
 
 
 def fan_in(

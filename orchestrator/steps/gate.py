@@ -22,8 +22,12 @@ import json
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from orchestrator.config import declarations
 from orchestrator.config.tables import CHECKS
+from orchestrator.run.records import RunConfig
+from workers import atomic
 
 PROMPT_LABELS = ("ticket id:", "customer's text:")
 ECHO_SHARE = 0.5
@@ -85,6 +89,35 @@ class Rules:
     max_chars: int = 4000
     own: tuple[OwnCheck, ...] = ()  # the workspace's checks, in the order declared
     ticket: TicketView | None = None
+
+
+def rules_for(config: RunConfig, workspace: Path, ticket: TicketView) -> Rules:
+    """The gate's settings for one ticket of a run (`config`), with the workspace's own
+    checks imported: what review and the vote between angles both judge by."""
+    own: tuple[OwnCheck, ...] = ()
+    if config.checks:
+        own = tuple(declarations.load(workspace, config).gate_checks(config.checks))
+    return Rules(
+        filler_phrases=config.filler_phrases,
+        off=frozenset(config.gate_off),
+        min_chars=config.min_chars,
+        max_chars=config.max_chars,
+        own=own,
+        ticket=ticket,
+    )
+
+
+def seen_by(ticket_text: str, states: Iterable[Path]) -> list[str]:
+    """The facts a reply may repeat: the ticket's text and every tool result the agent runs
+    saved at `states` got (a state not written yet, torn or foreign is skipped)."""
+    facts = [ticket_text]
+    for path in states:
+        try:
+            messages = json.loads(atomic.read_bytes(path)).get("messages", [])
+        except (OSError, ValueError):
+            continue
+        facts += [m.get("content") or "" for m in messages if m.get("role") == "tool"]
+    return facts
 
 
 def check(

@@ -5,21 +5,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from orchestrator.run import ending, ids
+from orchestrator.run import ids
 from orchestrator.run.records import TicketStatus
 from orchestrator.steps import report
 from orchestrator.steps.context import Context
 
 
 def merge(ctx: Context) -> list[str]:
-    """Publish the drafts; return the tickets review should take (none when the run stops
-    after merge)."""
+    """Publish the drafts; return the tickets review should take."""
     drafted = [i for i, t in ctx.store.records() if t.status is TicketStatus.DRAFTED]
     if not ctx.node_done():
         _publish(ctx, drafted)
-    if ctx.meta.config.stop_after == "merge":
-        ending.stop_early(ctx.store)
-        return []
     return drafted
 
 
@@ -53,7 +49,7 @@ def _publish(ctx: Context, drafted: list[str]) -> None:
     ctx.store.link_many(links)
     with ctx.tracer().batched() as trace:
         for ticket_id, chars in sizes.items():
-            trace.emit("collected", ticket=ticket_id, file=f"out/{ticket_id}.txt", chars=chars)
+            trace.emit("collected", ticket=ticket_id, file=ids.out_name(ticket_id), chars=chars)
     ctx.store.save_published(summaries)
     ctx.close_node()
     ctx.store.materialise()

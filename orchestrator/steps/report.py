@@ -13,7 +13,6 @@ from typing import Any
 from orchestrator.config.workspace import DEMO_SCENARIOS
 from orchestrator.coordination import budget as budget_ledger
 from orchestrator.exit_codes import ExitCode
-from orchestrator.run import ending
 from orchestrator.run.records import (
     FAILED_STOPS,
     BudgetTotals,
@@ -22,9 +21,11 @@ from orchestrator.run.records import (
     RunRecord,
     TicketRecord,
     TicketStatus,
+    Vote,
     WaitingCall,
     spent,
 )
+from orchestrator.run.store import ROUTE_NODE
 from orchestrator.steps.context import Context
 from orchestrator.steps.routing import OTHER, TO_FILL
 
@@ -114,8 +115,8 @@ TICKET_COLUMNS = ["Ticket", "Category", "Handler", "Rounds", "Stop", "Status", "
 
 def ticket_cells(ticket_id: str, t: TicketRecord) -> list[str]:
     """One ticket's cells of the per-ticket table: category, handler, rounds, stop reason,
-    status, cost (draft + review)."""
-    spent = t.draft + t.review
+    status, cost (what every step paid for it)."""
+    spent = t.total()
     cells = [ticket_id, t.category or "-", t.handler or "-", str(t.gate_rounds), t.stop or "-"]
     return [*cells, t.status.value, usd(spent.cost_usd, spent.estimated)]
 
@@ -134,7 +135,7 @@ def paid(record: RunRecord) -> dict[str, Any]:
     nodes = {name: node.model_dump() for name, node in record.nodes.items()}
     tickets = (t.total() for t in record.tickets.values())
     used = ((u.calls, u.tokens, u.cost_usd) for u in tickets)
-    return spent(nodes.values(), nodes.get("route", {}), used)
+    return spent(nodes.values(), nodes.get(ROUTE_NODE, {}), used)
 
 
 def budget(record: RunRecord) -> BudgetTotals:
@@ -195,6 +196,7 @@ def rendered(
     rows: list[list[str]] = [TICKET_COLUMNS]
     needs_human: list[tuple[str, TicketRecord]] = []
     clamped: list[tuple[str, str | None]] = []
+    voted: list[tuple[str, Vote]] = []
     published = 0
     for ticket_id, t in record.tickets.items() if tickets is None else tickets:
         rows.append(ticket_cells(ticket_id, t))
@@ -203,6 +205,8 @@ def rendered(
             needs_human.append((ticket_id, t))
         if t.routing == "clamped":
             clamped.append((ticket_id, t.routed_as))
+        if t.vote is not None:
+            voted.append((ticket_id, t.vote))
     lines = [*node_table(record)]
     if (line := budget_line(budget(record))) is not None:
         lines.append(line)
@@ -224,6 +228,7 @@ def rendered(
             lines.append(f"      gate: {t.gate_reports[-1]}")
     lines += handled_lines(handled)
     lines += _clamped_lines(clamped)
+    lines += voted_lines(voted)
     if record.rejected:
         files = counted(
             len(record.rejected), "file that is not a ticket", "files that are not tickets"
@@ -259,6 +264,15 @@ def _clamped_lines(clamped: list[tuple[str, str | None]]) -> list[str]:
     return lines
 
 
+def voted_lines(voted: list[tuple[str, Vote]]) -> list[str]:
+    """The tickets drafted from several angles: the angle each went on with, and why."""
+    if not voted:
+        return []
+    lines = [f"voted between a worker's angles: {counted(len(voted), 'ticket')}"]
+    lines += [f"  - {i}: angle {v.angle}, {v.why}" for i, v in voted]
+    return lines
+
+
 TRACE = "Trace: "
 
 
@@ -281,8 +295,15 @@ def waiting_lines(run_id: str, ticket_id: str, call: WaitingCall) -> list[str]:
     ]
 
 
+def exit_code(needs_human: int, rejected: bool) -> ExitCode:
+    """The exit code of a run's verdict: 1 if a ticket needs a human or a claimed file was
+    not a ticket (someone must look), else 0."""
+    return ExitCode.NEEDS_HUMAN if needs_human or rejected else ExitCode.ALL_PASS
+
+
 def report(ctx: Context) -> int:
-    """Render the report, record the verdict and end the run; return its exit code."""
+    """Render the report and return the exit code of the run's verdict (the task layer
+    ends the run with it)."""
     meta = ctx.store.meta()
     if meta.status is RunPhase.DONE and meta.exit_code is not None:
         return meta.exit_code
@@ -295,7 +316,7 @@ def report(ctx: Context) -> int:
 
     handled = verdicts.all_of(ctx.store, verdicts.HANDLED)
     text, needs_human = rendered(ctx.store.read({}), ctx.store.shown(), handled)
-    code = ExitCode.NEEDS_HUMAN if needs_human or meta.rejected else ExitCode.ALL_PASS
+    code = exit_code(needs_human, bool(meta.rejected))
     ctx.store.write(ctx.store.report_path, text)
     ctx.close_node()
-    return ending.end(ctx.store, RunPhase.DONE, code)
+    return code

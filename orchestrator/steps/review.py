@@ -5,19 +5,16 @@ back to its worker, until it stops on `gate_pass`, `no_progress` (the same repor
 from __future__ import annotations
 
 import functools
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator.config import declarations
 from orchestrator.run import ids
 from orchestrator.run.records import StepUsage, TicketRecord, TicketStatus
-from orchestrator.steps import agent, gate, prompts, report, routing
+from orchestrator.steps import agent, gate, prompts, report, routing, voting
 from orchestrator.steps.agent import AgentResult
 from orchestrator.steps.context import Context
 from orchestrator.steps.draft import DRAFT, worker
-from workers import atomic
 from workers.trace import Tracer
 
 
@@ -26,18 +23,18 @@ def rewrite_step(k: int) -> str:
     return f"review-{k}"
 
 
-def review(ctx: Context, ticket_id: str) -> str:
-    """Gate one draft; while it fails, send it back to its worker; stop on the four reasons."""
-    ticket = ctx.store.ticket(ticket_id)
+def review(ctx: Context, ticket_id: str, ticket: TicketRecord) -> TicketRecord:
+    """Gate one draft; while it fails, send it back to its worker; stop on the four reasons.
+    Return the ticket's record with its verdict."""
     trace = ctx.tracer(ticket=ticket_id)
     loop = ReviewLoop(ctx, ticket_id, ticket, trace)
     try:
         outcome = loop.run()
     except _Waiting as waiting:  # a rewrite's call needs a person: resume takes it up here
         call = waiting.result.waiting
-        return ctx.wait_for_person(ticket_id, call, None, loop.usage, loop.ticket)  # type: ignore[arg-type]
+        return ctx.wait_for_person(ticket_id, loop.ticket, call, None, loop.usage)  # type: ignore[arg-type]
     ticket = loop.ticket
-    ticket.file = f"out/{ticket_id}.txt"
+    ticket.file = ids.out_name(ticket_id)
     ticket.gate_rounds, ticket.gate_reports, ticket.stop = loop.rounds, loop.reports, outcome.stop
     if outcome.stop == "gate_pass" and ticket.unsure_writes:
         # The reply may say a refund was filed that a crash cut off: a person checks.
@@ -55,9 +52,8 @@ def review(ctx: Context, ticket_id: str) -> str:
         outcome.error,
     )
     ticket.retryable = outcome.retryable
-    ctx.store.save_ticket(ticket_id, ticket)
-    trace.emit("verdict", stop=ticket.stop, status=ticket.status.value)
-    return ticket.status.value
+    ctx.tell(ticket_id, "verdict", stop=ticket.stop, status=ticket.status.value)
+    return ticket
 
 
 @dataclass
@@ -125,14 +121,7 @@ class ReviewLoop:
 
     def facts(self) -> list[str]:
         """The ticket's text and every tool result its worker runs got so far."""
-        facts = [self.ticket_text]
-        for path in self.worker_states():
-            try:
-                messages = json.loads(atomic.read_bytes(path)).get("messages", [])
-            except (OSError, ValueError):  # not run (yet), or a torn or foreign file
-                continue
-            facts += [m.get("content") or "" for m in messages if m.get("role") == "tool"]
-        return facts
+        return gate.seen_by(self.ticket_text, self.worker_states())
 
     def worker_states(self) -> list[Path]:
         """Where the ticket's worker runs keep their states, whether they ran or not: the
@@ -140,26 +129,23 @@ class ReviewLoop:
         Named, not listed: a glob of agents/ reads every ticket's files, 16 ms a review at
         15,000 of them, so a run's review cost grew with its size."""
         rewrites = (rewrite_step(k) for k in range(1, self.config.max_rounds + 1))
-        return [self.ctx.store.agent_path(self.ticket_id, s) for s in (DRAFT, *rewrites)]
+        draft = DRAFT if self.angle is None else voting.step(self.angle)
+        return [self.ctx.store.agent_path(self.ticket_id, s) for s in (draft, *rewrites)]
+
+    @property
+    def angle(self) -> str | None:
+        """The angle whose draft won the ticket's vote (its rewrites use its prompt)."""
+        return self.ticket.vote.angle if self.ticket.vote is not None else None
 
     @functools.cached_property
-    def own_checks(self) -> tuple[gate.OwnCheck, ...]:
-        """The workspace's own checks ([gate] checks)."""
-        if not self.config.checks:
-            return ()
-        found = declarations.load(Path(self.ctx.meta.workspace), self.config)
-        return tuple(found.gate_checks(self.config.checks))
+    def rules(self) -> gate.Rules:
+        """The gate's settings for this ticket (with the workspace's own checks)."""
+        view = gate.TicketView(self.ticket_id, self.ticket_text, self.ticket.category)
+        return gate.rules_for(self.config, Path(self.ctx.meta.workspace), view)
 
     def check(self) -> gate.GateResult:
         """Gate the current text and trace the verdict of this round."""
-        rules = gate.Rules(
-            filler_phrases=self.config.filler_phrases,
-            off=frozenset(self.config.gate_off),
-            min_chars=self.config.min_chars,
-            max_chars=self.config.max_chars,
-            own=self.own_checks,
-            ticket=gate.TicketView(self.ticket_id, self.ticket_text, self.ticket.category),
-        )
+        rules = self.rules
         result = gate.check(
             self.ticket_id, self.text, self.config.filler_phrases, self.sources, rules
         )
@@ -215,7 +201,7 @@ class ReviewLoop:
         category = self.ticket.category or routing.OTHER
         task = prompts.rewrite_input(self.ticket_id, self.text, gate_report)
         step = rewrite_step(self.rounds)
-        result = worker(self.ctx, self.ticket_id, category, step, task, self.trace)
+        result = worker(self.ctx, self.ticket_id, category, step, task, self.trace, self.angle)
         self.usage = self.usage + result.usage
         self.ticket.unsure_writes += [
             c for c in result.unsure_writes if c not in self.ticket.unsure_writes

@@ -18,20 +18,20 @@ from dataclasses import dataclass, field
 from orchestrator.config.workspace import DEMO_SCENARIOS
 from orchestrator.errors import RouteFailed
 from orchestrator.intake import inbox
-from orchestrator.run import ending
 from orchestrator.run.records import Routed, StepUsage, TicketRecord, TicketStatus
 from orchestrator.run.store import ROUTER
 from orchestrator.steps import agent, batches, prompts, routing
 from orchestrator.steps.agent import AgentResult
-from orchestrator.steps.context import Context
+from orchestrator.steps.context import Context, Stop
 from workers.state import RunStatus
 from workers.trace import Tracer
 
 UNROUTED = "unrouted"  # the stop of a ticket the router named no category for, alone too
 
 
-def route(ctx: Context) -> list[str]:
-    """Route every claimed ticket; return the tickets drafting should take."""
+def route(ctx: Context) -> list[str] | Stop:
+    """Route every claimed ticket; return the tickets drafting should take (a `Stop` when
+    the run's budget cannot pay for a call)."""
     if ctx.node_done():
         return [i for i, t in ctx.store.records() if t.status is TicketStatus.ROUTED]
     ids = ctx.store.ticket_ids()
@@ -60,9 +60,6 @@ def route(ctx: Context) -> list[str]:
                 status = TicketStatus.NEEDS_HUMAN.value
                 lines.emit("verdict", ticket=ticket_id, stop=UNROUTED, status=status)
     ctx.close_node(asked.usage)
-    if ctx.meta.config.stop_after == "route":
-        ending.stop_early(ctx.store)
-        return []
     ctx.store.materialise()
     return [i for i in ids if i in routes]
 
@@ -170,11 +167,10 @@ def _unrouted(ctx: Context, errors: dict[str, str]) -> Iterator[tuple[str, Ticke
         yield ticket_id, ticket
 
 
-def _out_of_budget(ctx: Context, result: AgentResult) -> list[str]:
+def _out_of_budget(ctx: Context, result: AgentResult) -> Stop:
     """A router's call was not started for want of budget: the run stops (exit 2), and
     `resume --budget <more>` routes it, paying only for what was not done."""
-    ending.stopped(ctx.store, f"{result.error}; resume with a higher --budget")
-    return []
+    return Stop(f"{result.error}; resume with a higher --budget")
 
 
 def unrouted_error(ticket_id: str, scripted: bool, asks: int) -> str:

@@ -45,7 +45,7 @@ def reopen(
     again = taken.retried + taken.decided
     with store.update_meta() as meta:
         if meta.status is not RunPhase.DONE or again:
-            meta.end(RunPhase.RUNNING, None)
+            meta.reopen()
             meta.config.stop_after = None
         meta.cancel = None
         meta.totals = None  # records may change (expired calls, retries): counted again at its end

@@ -19,7 +19,7 @@ from orchestrator.intake import claims, inbox, journal
 from orchestrator.plan.steps import Plan
 from orchestrator.run import lease
 from orchestrator.run.ending import crash_text
-from orchestrator.run.records import RunConfig, RunMeta, RunPhase, TicketRecord
+from orchestrator.run.records import RunConfig, RunMeta, TicketRecord
 from orchestrator.run.store import RunStore, link_latest, new_run_id
 from workers.settings import HarnessSettings
 from workers.trace import now_iso
@@ -82,7 +82,7 @@ def finish(workspace: Workspace, store: RunStore, limits: inbox.InboxRules) -> N
     taken = journal.names(store) | set(names)  # every name the run's files may have
     rejected = claims.quarantine(workspace, store, rejections, taken)
     with store.update_meta() as meta:
-        meta.end(RunPhase.RUNNING, None)
+        meta.reopen()
     trace = store.tracer(node="inbox")
     for file in rejected:
         trace.emit("rejected", file=file.file, kind=file.kind, reason=file.reason)

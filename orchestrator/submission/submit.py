@@ -297,5 +297,5 @@ def _celery(
 def _finish_empty(store: RunStore) -> int:
     """A run whose every claimed file was rejected: someone must look (exit 1)."""
     store.write(store.report_path, report.render(store.read()))
-    code = ExitCode.NEEDS_HUMAN if store.meta().rejected else ExitCode.ALL_PASS
+    code = report.exit_code(0, bool(store.meta().rejected))
     return ending.end(store, RunPhase.DONE, code)

@@ -568,8 +568,8 @@ def _shown_verdict(row: RunRow) -> str:
 def _nodes(
     meta: dict[str, Any], nodes: dict[str, dict[str, Any]], live: bool
 ) -> list[dict[str, Any]]:
-    """The report's steps table: the plan's nodes in order, then any other."""
-    order = [*((meta.get("config") or {}).get("nodes") or []), "report"]
+    """The report's steps table: the plan's nodes in order, then any other (the report's)."""
+    order = (meta.get("config") or {}).get("nodes") or []
     names = [n for n in order if n in nodes] + sorted(set(nodes) - set(order))
     rows = []
     for name in names:

@@ -22,8 +22,8 @@ from pydantic_core import from_json
 
 from orchestrator.errors import RunStateError
 from orchestrator.run import ids
-from orchestrator.run.records import Routed, TicketStatus, spent
-from orchestrator.run.store import META_FILE, STATE_FILE, RunStore
+from orchestrator.run.records import Routed, TicketStatus, spent, ticket_spend
+from orchestrator.run.store import META_FILE, ROUTE_NODE, STATE_FILE, RunStore
 from orchestrator.submission.status import seconds_between, verdict_of
 
 HUMAN = TicketStatus.NEEDS_HUMAN.value
@@ -184,7 +184,7 @@ class Catalog:
                 by_status[t.status] = by_status.get(t.status, 0) + 1
             figures = spent(
                 nodes.values(),
-                nodes.get("route") or _NONE,
+                nodes.get(ROUTE_NODE) or _NONE,
                 ((t.calls, t.tokens, t.cost_usd) for t in tickets),
             )
             totals = {"tickets": len(tickets), "by_status": by_status} | figures
@@ -338,15 +338,8 @@ def _is_run(name: str) -> bool:
 
 def _ticket_row(ticket_id: str, record: dict[str, Any]) -> TicketRow:
     get = record.get
-    draft, review = get("draft") or _NONE, get("review") or _NONE
-    cost = draft.get("cost_usd", 0.0) + review.get("cost_usd", 0.0)
-    calls = draft.get("calls", 0) + review.get("calls", 0)
-    tokens = draft.get("tokens", 0) + review.get("tokens", 0)
-    if spent := get("spent"):
-        for used in spent.values():
-            cost += used.get("cost_usd", 0.0)
-            calls += used.get("calls", 0)
-            tokens += used.get("tokens", 0)
+    used = ticket_spend(record)
+    cost, calls, tokens = used.cost_usd, used.calls, used.tokens
     return TicketRow(
         ticket_id,
         get("category") or "-",

@@ -236,8 +236,8 @@ def _agents(store: RunStore, ticket_id: str, events: list[dict[str, Any]]) -> li
 def _ran_order(view: AgentView) -> tuple[int, int, str]:
     """draft, then each round's runs (evaluate-N before review-N), rounds by number."""
     name, _, number = view.step.rpartition("-")
-    if view.step == "draft":
-        return (0, 0, "")
+    if view.step == "draft" or view.step.startswith("draft-"):  # a draft, or an angle's
+        return (0, 0, view.step)
     if number.isdigit():
         return (1, int(number), name)
     return (2, 0, view.step)

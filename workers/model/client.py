@@ -214,35 +214,35 @@ class ModelClient:
             max_tokens = params.max_tokens if params is not None else None
             tokens = sum(worst_tokens(messages, tools, max_tokens))
         waited: list[bool] = []
+        attempt = functools.partial(self._once, body, messages, tools, cancel)
         reply: ModelReply = retrying(
-            self._gated, body, messages, tools, cancel, tokens, waited, on_wait
+            self._gated, attempt, body["model"], tokens, cancel, waited, on_wait
         )
         reply.usage.waited = any(waited)
         return reply
 
     def _gated(
         self,
-        body: dict[str, Any],
-        messages: list[Message],
-        tools: list[dict[str, Any]],
-        cancel: CancelToken | None,
+        attempt: Callable[[], ModelReply],
+        model: str,
         tokens: int,
+        cancel: CancelToken | None,
         waited: list[bool],
         on_wait: OnWait | None = None,
     ) -> ModelReply:
-        """One attempt, in its place under the gate's caps (if any)."""
+        """One `attempt` at `model`, in its place under the gate's caps (if any)."""
         if self.gate is None:
-            return self._once(body, messages, tools, cancel)
-        slot: Slot = self.gate.enter(body["model"], tokens, cancel, on_wait)
+            return attempt()
+        slot: Slot = self.gate.enter(model, tokens, cancel, on_wait)
         waited.append(slot.waited)
         used: int | None = None
         try:
-            reply = self._once(body, messages, tools, cancel)
+            reply = attempt()
             used = reply.usage.total_tokens
             return reply
         except ProviderError as exc:
             if exc.status == 429:
-                self.gate.cool_down(body["model"], exc.retry_after or FIRST_RETRY_WAIT_S)
+                self.gate.cool_down(model, exc.retry_after or FIRST_RETRY_WAIT_S)
             raise
         finally:
             slot.done(used)

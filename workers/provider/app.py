@@ -21,7 +21,7 @@ import math
 import time
 import uuid
 from collections import Counter, deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,7 +31,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from workers.provider import anthropic_messages
+from workers.provider import anthropic_messages, serving
 from workers.provider.cassette import CHAT_PATH, MESSAGES_PATH, Cassette
 from workers.provider.request import ChatRequest, ConversationView, protocol_error
 from workers.provider.scenario import Fault, Scenario, Script
@@ -222,11 +222,28 @@ async def _parse(http: Request) -> ChatRequest | Response:
     try:
         return ChatRequest.model_validate(json.loads(await http.body()))
     except ValidationError as exc:
-        first = exc.errors()[0]
-        problem = f"{'.'.join(str(part) for part in first['loc'])}: {first['msg']}"
+        problem = _first_error(exc)
     except ValueError as exc:  # not JSON at all (or not UTF-8)
         problem = str(exc)
     return error_response(400, f"not a chat-completions request: {problem}")
+
+
+async def _parse_messages(http: Request) -> ChatRequest | Response:
+    """A Messages request body as a ChatRequest, or the 400 response (in Anthropic's shape)
+    explaining why it is not one."""
+    try:
+        return anthropic_messages.to_chat(json.loads(await http.body()))
+    except ValidationError as exc:
+        problem = _first_error(exc)
+    except (ValueError, AttributeError) as exc:
+        problem = str(exc)
+    return error_response(400, f"not a Messages request: {problem}", messages_api=True)
+
+
+def _first_error(exc: ValidationError) -> str:
+    """The first thing wrong with a request, as `where.in.the.body: what`."""
+    first = exc.errors()[0]
+    return f"{'.'.join(str(part) for part in first['loc'])}: {first['msg']}"
 
 
 async def _answer(
@@ -318,39 +335,30 @@ async def _cut_off() -> AsyncIterator[bytes]:
 
 async def chat_completions(http: Request) -> Response:
     """POST /v1/chat/completions."""
-    started = time.perf_counter()
-    state: ProviderState = http.app.state.provider
-    state.stats.begin()
-    try:
-        if state.cassette is not None:
-            return await _replayed(http, state.cassette, CHAT_PATH)
-        parsed = await _parse(http)
-        response = await _answer(parsed, state, http) if isinstance(parsed, ChatRequest) else parsed
-    finally:
-        state.stats.end()
-    response.headers["X-Service-Ms"] = f"{(time.perf_counter() - started) * 1000:.3f}"
-    return response
+    return await _served(http, CHAT_PATH, _parse)
 
 
 async def messages(http: Request) -> Response:
     """POST /v1/messages: the same scripts, in Anthropic's Messages shape."""
+    return await _served(http, MESSAGES_PATH, _parse_messages)
+
+
+async def _served(
+    http: Request, path: str, parse: Callable[[Request], Awaitable[ChatRequest | Response]]
+) -> Response:
+    """One model request to `path`: replayed from the cassette if there is one, else
+    `parse`d and answered from the scenario; counted in flight meanwhile, and timed in
+    `X-Service-Ms` (a replay says 0)."""
     started = time.perf_counter()
     state: ProviderState = http.app.state.provider
     state.stats.begin()
     try:
         if state.cassette is not None:
-            return await _replayed(http, state.cassette, MESSAGES_PATH)
-        try:
-            body = json.loads(await http.body())
-            parsed: ChatRequest | Response = anthropic_messages.to_chat(body)
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            problem = f"{'.'.join(str(part) for part in first['loc'])}: {first['msg']}"
-            parsed = error_response(400, f"not a Messages request: {problem}", messages_api=True)
-        except (ValueError, AttributeError) as exc:
-            parsed = error_response(400, f"not a Messages request: {exc}", messages_api=True)
+            return await _replayed(http, state.cassette, path)
+        parsed = await parse(http)
+        messages_api = path == MESSAGES_PATH
         if isinstance(parsed, ChatRequest):
-            response = await _answer(parsed, state, http, messages_api=True)
+            response = await _answer(parsed, state, http, messages_api=messages_api)
         else:
             response = parsed
     finally:
@@ -388,23 +396,11 @@ async def reset_stats(http: Request) -> Response:
     return JSONResponse(stats.snapshot())
 
 
-async def healthz(_http: Request) -> Response:
-    """GET /healthz."""
-    return JSONResponse({"ok": True})
-
-
 def create_app(scenario: Scenario | Cassette, rate: TokenRate | None = None) -> Starlette:
     """A Starlette app that answers chat completions from `scenario`, or replays a cassette
     (limited to `rate`)."""
-    app = Starlette(
-        routes=[
-            Route("/v1/chat/completions", chat_completions, methods=["POST"]),
-            Route("/v1/messages", messages, methods=["POST"]),
-            Route("/stats", get_stats, methods=["GET"]),
-            Route("/stats/reset", reset_stats, methods=["POST"]),
-            Route("/healthz", healthz, methods=["GET"]),
-        ]
-    )
+    reset = Route("/stats/reset", reset_stats, methods=["POST"])
+    app = serving.app(chat_completions, messages, get_stats, reset)
     if isinstance(scenario, Cassette):
         empty = Scenario(source=scenario.source, scripts=[])
         app.state.provider = ProviderState(empty, rate=rate, cassette=scenario)

@@ -13,7 +13,6 @@ and its retry is the exchange worth recording.
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -24,8 +23,8 @@ import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
 
+from workers.provider import serving
 from workers.provider.cassette import CHAT_PATH, MESSAGES_PATH, Cassette, load_cassette
 
 # Headers a model endpoint reads: the credentials and the API version; the rest is the
@@ -88,22 +87,10 @@ async def stats(http: Request) -> Response:
     )
 
 
-async def healthz(_http: Request) -> Response:
-    """GET /healthz."""
-    return JSONResponse({"ok": True})
-
-
 def create_app(cassette_path: Path, upstream: str) -> Starlette:
     """A proxy to `upstream` (a base URL ending in /v1) that records into `cassette_path`
     (appending to what it holds already)."""
-    app = Starlette(
-        routes=[
-            Route("/v1/chat/completions", chat_completions, methods=["POST"]),
-            Route("/v1/messages", messages, methods=["POST"]),
-            Route("/stats", stats, methods=["GET"]),
-            Route("/healthz", healthz, methods=["GET"]),
-        ]
-    )
+    app = serving.app(chat_completions, messages, stats)
     cassette = load_cassette(cassette_path, missing_ok=True)
     app.state.recording = Recording(cassette, cassette_path, upstream.rstrip("/"))
     return app
@@ -111,33 +98,15 @@ def create_app(cassette_path: Path, upstream: str) -> Starlette:
 
 def server(cassette_path: Path, upstream: str, host: str, port: int) -> uvicorn.Server:
     """A uvicorn server for the proxy."""
-    config = uvicorn.Config(
-        create_app(cassette_path, upstream),
-        host=host,
-        port=port,
-        log_level="warning",
-        lifespan="off",
-        http="h11",
-        ws="none",
-        loop="asyncio",
-    )
-    return uvicorn.Server(config)
+    return serving.server(create_app(cassette_path, upstream), host, port, "warning")
 
 
 @contextmanager
 def recording_proxy(
     cassette_path: Path, upstream: str, host: str = "127.0.0.1", port: int = 0
 ) -> Iterator[str]:
-    """Run the proxy in a background thread; yield its base URL (…/v1)."""
-    from workers.provider.server import _wait_started
-
+    """Run the proxy in a background thread; yield its base URL (…/v1). On the way out it
+    stops gracefully (a request in flight may still finish and be recorded)."""
     proxy = server(cassette_path, upstream, host, port)
-    thread = threading.Thread(target=proxy.run, name="recording-proxy", daemon=True)
-    thread.start()
-    try:
-        _wait_started(proxy, thread)
-        bound = proxy.servers[0].sockets[0].getsockname()[1]
-        yield f"http://{host}:{bound}/v1"
-    finally:
-        proxy.should_exit = True
-        thread.join(10.0)
+    with serving.in_thread(proxy, "recording-proxy", host, force_exit=False) as url:
+        yield url

@@ -8,8 +8,6 @@ From the command line (`--help` explains the scenario format):
 from __future__ import annotations
 
 import sys
-import threading
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,12 +16,12 @@ import uvicorn
 
 from workers import tokens
 from workers.errors import ScenarioError
+from workers.provider import serving
 from workers.provider.app import TokenRate, create_app
 from workers.provider.cassette import Cassette, is_cassette, load_cassette
 from workers.provider.options import DEFAULT_HOST, DEFAULT_PORT, command
 from workers.provider.scenario import Scenario, load_scenario
 
-STARTUP_TIMEOUT_S = 10.0
 GRACEFUL_SHUTDOWN_S = 1.0
 KEEP_ALIVE_S = 75
 SHUTDOWN_TIMEOUT_S = 10.0
@@ -53,25 +51,17 @@ def _server(
     replies = [reply for script in scripts for reply in script.replies]
     if any(reply.usage is None or reply.lines is not None for reply in replies):
         tokens.encoding()
-    # No lifespan: the app has no startup work, and uvicorn's probe would only log noise.
     # A bounded graceful shutdown, so a request stuck in a scripted hang cannot hold it up.
-    config = uvicorn.Config(
+    return serving.server(
         create_app(scenario, rate),
-        host=host,
-        port=port,
-        log_level=log_level,
-        lifespan="off",
-        # Named, not "auto": no probing for httptools and uvloop, and no import of the
-        # websockets library for an API that serves none (~15 ms of every embedded run).
-        http="h11",
-        ws="none",
-        loop="asyncio",
+        host,
+        port,
+        log_level,
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
         # Clients pause between phases (a 10,000-ticket merge takes seconds); keep their
         # connections open across that, as hosted model APIs do.
         timeout_keep_alive=KEEP_ALIVE_S,
     )
-    return uvicorn.Server(config)
 
 
 def serve(
@@ -98,29 +88,11 @@ def running_provider(
     uvicorn's loop, 0.1-0.2 s), for a process about to exit anyway.
     """
     server = _server(_scenario(scenarios), host, port, "warning", rate)
-    thread = threading.Thread(target=server.run, name="scripted-provider", daemon=True)
-    thread.start()
-    try:
-        _wait_started(server, thread)
-        port = server.servers[0].sockets[0].getsockname()[1]
-        yield f"http://{host}:{port}/v1"
-    finally:
-        # Stop now: waiting for open keep-alive connections would add a tick (0.1 s) or more
-        # to every command that ran an embedded provider.
-        server.should_exit = server.force_exit = True
-        if join:
-            thread.join(SHUTDOWN_TIMEOUT_S)
-
-
-def _wait_started(server: uvicorn.Server, thread: threading.Thread) -> None:
-    """Block until uvicorn listens; raise if it died or took too long."""
-    deadline = time.monotonic() + STARTUP_TIMEOUT_S
-    while not server.started:
-        if not thread.is_alive():
-            raise RuntimeError("the scripted provider failed to start (see the log above)")
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"the scripted provider did not start in {STARTUP_TIMEOUT_S} s")
-        time.sleep(0.005)
+    # Stop at once: waiting for open keep-alive connections would add a tick (0.1 s) or more
+    # to every command that ran an embedded provider.
+    join_s = SHUTDOWN_TIMEOUT_S if join else None
+    with serving.in_thread(server, "scripted-provider", host, join_s=join_s) as url:
+        yield url
 
 
 def run_from_options(

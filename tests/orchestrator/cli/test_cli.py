@@ -456,7 +456,7 @@ def test_a_tampered_run_json_is_one_line_naming_the_field(cli: Cli, demo: Path) 
 
 LOADING = """
 import gc, json, sys
-from orchestrator.cli.main import _loading
+from orchestrator.cli.loading import loading as _loading
 if sys.argv[1] == "off":
     gc.disable()
 before = gc.get_stats()[0]["collections"]
@@ -512,3 +512,39 @@ def test_an_ordinary_mistake_is_one_sentence_without_a_traceback_or_celerys_log(
     for said in (done, quiet):
         assert "Traceback" not in said.stdout + said.stderr
         assert "/MainProcess]" not in said.stdout + said.stderr
+
+
+def test_a_renamed_flag_still_works_with_a_note_and_is_gone_from_help(
+    cli: Cli, tmp_path: Path
+) -> None:
+    """`cancel --wait SECONDS` became --wait-for-workers (`resume --wait` is a flag) and
+    `worker -n` became --hostname alone (-n is `runs --limit`): the old spellings still
+    reach the handler, with a note on stderr, and --help shows only the new ones."""
+    from orchestrator.cli.main import cli as group
+
+    for command, old, new, dest, value in (
+        ("cancel", "--wait", "--wait-for-workers", "wait_for_workers", 3.0),
+        ("worker", "-n", "--hostname", "hostname", "w1"),
+    ):
+        args = ["run-20260101-000000-ab12"] if command == "cancel" else []
+        parsed = group.commands[command].make_context(command, [*args, old, str(value)])
+        assert parsed.params[dest] == value
+        done = cli(command, *args, old, str(value), cwd=tmp_path, env={"LLM_BASE_URL": ""})
+        assert f"{old} is now {new}" in done.stderr, done.stderr
+        assert done.returncode in (64, 78), done.stderr  # no workspace; no broker or model
+        shown = cli(command, "--help", cwd=tmp_path).stdout
+        assert new in shown and f"{old} " not in shown and f"{old}," not in shown
+
+
+def test_a_failure_is_one_sentence_in_every_command_also_those_that_map_nothing(
+    cli: Cli, tmp_path: Path
+) -> None:
+    """Failures are mapped to exit codes once, for every command: `init` into a folder
+    under a file and `keys init` of a folder that is no workspace each say one sentence."""
+    (tmp_path / "a-file").write_text("")
+    made = cli("init", "a-file/ws", cwd=tmp_path)
+    assert made.returncode == 3 and made.stderr.startswith("ticketgraph init: "), made.stderr
+    keys = cli("keys", "init", "--workspace", "nowhere", cwd=tmp_path)
+    assert keys.returncode == 64 and keys.stderr.startswith("ticketgraph keys init: no workspace")
+    for said in (made, keys):
+        assert said.stderr.count("\n") == 1 and "Traceback" not in said.stderr, said.stderr

@@ -73,6 +73,80 @@ def test_replayed_eval_gives_the_same_figures_twice_asks_no_provider_and_leaves_
     assert review["cost_delta_per_ticket_usd"] < 0  # the rewrite's cost is gone too
 
 
+def test_repeat_2_runs_each_ticket_twice_and_a_replay_has_no_spread(demo: Path, cli: Cli) -> None:
+    done = cli("eval", "datasets/demo", "--replay", CASSETTE, "--repeat", "2", "--json", cwd=demo)
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    assert (doc["tickets"], doc["runs"]) == (9, 2)
+    assert all(len(t["statuses"]) == 2 for t in doc["per_ticket"].values())
+    assert {t: len(set(s["statuses"])) for t, s in doc["per_ticket"].items()} == dict.fromkeys(
+        doc["per_ticket"], 1
+    )  # the same status on both repeats, ticket by ticket
+    passes = sum(t["statuses"][0] == "pass" for t in doc["per_ticket"].values())
+    spread = doc["spread"]
+    assert spread["unstable"] == []
+    assert spread["pass_rate_min"] == spread["pass_rate_max"] == doc["pass_rate"] == passes / 9
+    shown = cli("eval", "datasets/demo", "--replay", CASSETTE, "--repeat", "2", cwd=demo).stdout
+    assert "9 tickets x 2 run(s)" in shown and "tickets that changed: none" in shown
+
+
+def _agreement_by_hand(labels: list[dict[str, Any]], statuses: dict[str, str]) -> float:
+    """Labels whose verdict the run's status matches: a draft sent or audited good asks for
+    `pass`, one edited, closed or audited bad for `needs_human`."""
+    agreed = sum(
+        statuses[x["ticket"]]
+        == ("pass" if x["verdict"] in ("sent", "audit_good") else "needs_human")
+        for x in labels
+    )
+    return agreed / len(labels)
+
+
+def test_a_label_export_is_a_dataset_and_eval_reports_agreement_with_it(
+    demo: Path, cli: Cli, tmp_path: Path
+) -> None:
+    done = cli("run", cwd=demo)
+    assert done.returncode == 1, done.stderr
+    run_id = str(state(demo)["run_id"])
+    statuses = {t: r["status"] for t, r in state(demo)["tickets"].items()}
+    reply = tmp_path / "reply.txt"
+    reply.write_text("Ticket T-1004: finance reissues the invoice to your company this week.\n")
+    handled = cli("handle", run_id, "T-1004", "--reply-file", str(reply), cwd=demo)
+    assert handled.returncode == 0, handled.stderr
+    assert cli("audit", run_id, "T-1001", "--good", cwd=demo).returncode == 0
+    bad = cli("audit", run_id, "T-1002", "--bad", "--reason", "too curt", cwd=demo)
+    assert bad.returncode == 0, bad.stderr
+    exported = tmp_path / "labels.jsonl"
+    assert cli("labels", "export", "--out", str(exported), cwd=demo).returncode == 0
+    labels = [json.loads(line) for line in exported.read_text().splitlines()]
+    assert [(x["ticket"], x["verdict"]) for x in labels] == [
+        ("T-1004", "edited"), ("T-1001", "audit_good"), ("T-1002", "audit_bad"),
+    ]  # fmt: skip
+    # A person files T-1001 under bug: a routing miss, not a disagreement with their verdict.
+    assert labels[1]["category"] == "billing"
+    labels[1]["category"] = "bug"
+    exported.write_text("".join(json.dumps(x) + "\n" for x in labels))
+    # The router asks about every ticket at once, so the shipped cassette (the nine tickets)
+    # holds no routing for these three: the run's own sentence says so.
+    replayed = cli("eval", str(exported), "--replay", CASSETTE, cwd=demo)
+    assert replayed.returncode == 3
+    assert f"the cassette {demo / CASSETTE} holds no reply to this request" in replayed.stderr
+    evaluated = cli("eval", str(exported), "--json", cwd=demo)  # the scripted provider
+    assert evaluated.returncode == 0, evaluated.stderr
+    doc = json.loads(evaluated.stdout)
+    assert sorted(doc["per_ticket"]) == ["T-1001", "T-1002", "T-1004"]
+    again = {t: s["statuses"][0] for t, s in doc["per_ticket"].items()}
+    assert again == {t: statuses[t] for t in again}  # the eval's run did what the demo's did
+    # T-1004 edited and needs_human, T-1001 good and a pass agree; T-1002 audited bad passes.
+    # (Hand-counted on the demo run's statuses: the eval's own run must do the same.)
+    assert doc["label_agreement"] == pytest.approx(_agreement_by_hand(labels, statuses))
+    assert doc["label_agreement"] == pytest.approx(2 / 3)
+    assert doc["per_ticket"]["T-1002"]["misses"] == ["pass (expected needs_human, gate_pass)"]
+    assert doc["per_ticket"]["T-1001"]["misses"] == ["category billing (expected bug)"]
+    assert doc["routing_accuracy"] == pytest.approx(2 / 3)
+    assert doc["expectations_met"] == pytest.approx(1 / 3)  # T-1004 alone meets all of it
+    assert "label agreement 67%" in cli("eval", str(exported), cwd=demo).stdout
+
+
 def test_eval_text_names_the_layer_the_interval_and_the_ticket(demo: Path, cli: Cli) -> None:
     done = cli("eval", "datasets/demo", "--replay", CASSETTE, "--ablate", "review", cwd=demo)
     assert done.returncode == 0, done.stderr

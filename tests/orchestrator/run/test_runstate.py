@@ -119,8 +119,12 @@ def test_a_ticket_step_writes_its_own_record_and_nothing_that_grows(tmp_path: Pa
     before = _stamps(store.dir / "records")
     state_before = os.stat(store.state_path)
     meta_before = os.stat(store.meta_path)
-    status = draft(Context(store, HarnessSettings(), "draft", "fanout"), "T-0007")
-    assert status == "drafted"
+    drafted = draft(
+        Context(store, HarnessSettings(), "draft", "fanout"), "T-0007", store.ticket("T-0007")
+    )
+    assert drafted.status is TicketStatus.DRAFTED
+    assert _stamps(store.dir / "records") == before  # a step computes; its task saves
+    store.save_ticket("T-0007", drafted)  # what the task layer does with what it returned
     after = _stamps(store.dir / "records")
     assert {name for name in before if before[name] != after[name]} == {"T-0007.json"}
     assert os.stat(store.state_path).st_mtime_ns == state_before.st_mtime_ns

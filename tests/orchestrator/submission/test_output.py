@@ -17,7 +17,7 @@ from pathlib import Path
 import yaml
 
 from orchestrator.cli.console import Follower, ended_record
-from orchestrator.cli.progress import NODES
+from orchestrator.plan.steps import PLAN
 from orchestrator.run.records import TicketStatus
 from orchestrator.run.store import RunStore
 from orchestrator.submission import status
@@ -77,7 +77,7 @@ def test_a_terminal_gets_a_live_view_that_moves_while_tickets_are_drafted(demo: 
     elapsed = {m.group(1) for f in drafting if (m := re.search(r"([\d.]+) s elapsed", f))}
     assert len(elapsed) >= 3  # redrawn while nothing ended
     last = shown[-1]
-    assert all(re.search(rf"{node}\s+done", last) for node in NODES)
+    assert all(re.search(rf"{node}\s+done", last) for node in PLAN.nodes)
     assert DEMO_TOTALS in last
     assert "=== Per ticket ===" in output
     run_id = state(demo)["run_id"]
