@@ -25,13 +25,12 @@ its live fragment.
 
 from __future__ import annotations
 
-import math
 import secrets
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlencode
+from urllib.parse import parse_qs
 
 import jinja2
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -48,14 +47,12 @@ from orchestrator.errors import GraphError, RunStateError, UsageError
 from orchestrator.people import effects, money, queue, stops
 from orchestrator.run import ids, store
 from orchestrator.steps import report
-from orchestrator.web import login, metrics, story
+from orchestrator.web import forms, login, metrics, paging, story
 from orchestrator.web.catalog import Catalog, RunRow, TicketRow
 from orchestrator.web.people import People
 
 HERE = Path(__file__).parent
 RUNS_PER_PAGE = 50
-TICKETS_PER_PAGE = 100
-MAX_PER_PAGE = 1000
 LIVE_EVERY_S = 1
 TICKET_SORTS = ("id", "category", "handler", "rounds", "stop", "status", "cost")
 CANCEL_WAIT_S = 5.0
@@ -68,10 +65,6 @@ class Settings:
     workspace: Path
     read_only: bool
     broker_url: str | None = None
-
-
-class NotFound(Exception):
-    """A run or ticket that is not there (or an id that is not one)."""
 
 
 def application(
@@ -102,14 +95,18 @@ def application(
         Route("/runs/{run_id}/tickets/{ticket_id}/audit", people.audit, methods=["POST"]),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
-    handlers = {NotFound: view.not_found, _Refused: view.refused, _Stale: view.stale}
+    handlers = {
+        forms.NotFound: view.not_found,
+        forms.Refused: view.refused,
+        forms.Stale: view.stale,
+    }
     app = Starlette(routes=routes, exception_handlers=handlers)  # type: ignore[arg-type]
     app.state.view = view  # what a test asks of it (the resumes it started)
     if login_ is not None:
         app.add_middleware(login.BasicAuth, login=login_)
     if hosts is not None:  # outermost but one: a rebound name is refused before the login
         app.add_middleware(TrustedHostMiddleware, allowed_hosts=hosts)
-    app.add_middleware(_Headers)
+    app.add_middleware(forms.Headers)
     return app
 
 
@@ -152,7 +149,7 @@ class View:
             for r in rows
             if chosen["status"] in ("", r.status) and chosen["verdict"] in ("", _shown_verdict(r))
         ]
-        page = _page(query.get("page"), len(shown), RUNS_PER_PAGE)
+        page = paging.page(query.get("page"), len(shown), RUNS_PER_PAGE)
         start = (page.number - 1) * RUNS_PER_PAGE
         on_page = shown[start : start + RUNS_PER_PAGE]
         context = {
@@ -165,7 +162,7 @@ class View:
             "statuses": sorted({r.status for r in rows}),
             "verdicts": sorted({_shown_verdict(r) for r in rows}),
             "live": any(r.live for r in shown[start : start + RUNS_PER_PAGE]),
-            "link": lambda **changed: _link("/", chosen, changed),
+            "link": lambda **changed: paging.link("/", chosen, changed),
             "self_url": str(request.url.path)
             + (f"?{request.url.query}" if request.url.query else ""),
         }
@@ -175,10 +172,10 @@ class View:
         return await run_in_threadpool(self._run_page, request)
 
     def _run_page(self, request: Request) -> Response:
-        run_id = _run_id(request)
+        run_id = forms.run_id(request)
         view = self.catalog.view(run_id)
         if view is None:
-            raise NotFound(f"no run {run_id}")
+            raise forms.NotFound(f"no run {run_id}")
         row, meta, tickets = view.row, view.meta, view.tickets
         query = request.query_params
         chosen = {k: query.get(k, "") for k in ("status", "category", "handler", "q")}
@@ -187,8 +184,8 @@ class View:
         shown = _filtered(tickets, chosen)
         if sort != "id" or descending:  # the catalog keeps them by id
             shown.sort(key=_sort_key(sort), reverse=descending)
-        per = _per_page(query.get("per"))
-        page = _page(query.get("page"), len(shown), per)
+        per = paging.per_page(query.get("per"))
+        page = paging.page(query.get("page"), len(shown), per)
         start = (page.number - 1) * per
         state = {**chosen, "sort": sort, "desc": "1" if descending else "", "per": str(per)}
         base = f"/runs/{run_id}"
@@ -208,8 +205,8 @@ class View:
             "handlers": sorted({t.handler for t in tickets}),
             "rejected": meta.get("rejected") or [],
             "live": row.live,
-            "link": lambda **changed: _link(base, state, changed),
-            "sort_link": lambda column: _link(
+            "link": lambda **changed: paging.link(base, state, changed),
+            "sort_link": lambda column: paging.link(
                 base,
                 state,
                 {"sort": column, "desc": "" if sort != column or descending else "1", "page": ""},
@@ -247,12 +244,12 @@ class View:
         self, request: Request, extra: dict[str, Any] | None = None, status: int = 200
     ) -> Response:
         """A ticket's page (with `extra`: a form's error and what was typed, shown again)."""
-        run_id, ticket_id = _run_id(request), _ticket_id(request)
+        run_id, ticket_id = forms.run_id(request), forms.ticket_id(request)
         run_store = self._store(run_id)
         try:
             told = story.read(run_store, self.settings.workspace, ticket_id)
         except RunStateError:
-            raise NotFound(f"run {run_id} has no ticket {ticket_id}") from None
+            raise forms.NotFound(f"run {run_id} has no ticket {ticket_id}") from None
         row = self.catalog.run(run_id)
         context = {
             "run": row,
@@ -275,7 +272,7 @@ class View:
     # --- actions -------------------------------------------------------------------------
 
     async def cancel(self, request: Request) -> Response:
-        run_id = _run_id(request)
+        run_id = forms.run_id(request)
         form = await self.form(request)
 
         def act() -> str:
@@ -285,7 +282,7 @@ class View:
                 self.settings.workspace,
                 run_id,
                 [],
-                _by(request),
+                forms.by(request),
                 form.get("reason", ""),
                 self.settings.broker_url,
                 CANCEL_WAIT_S,
@@ -297,11 +294,11 @@ class View:
         """Put ticket files back in inbox/; when a ticket would set something in motion
         again (a write its tools made, a call waiting for a decision), first a page that
         names each and asks (`confirmed` then forces it)."""
-        run_id = _run_id(request)
+        run_id = forms.run_id(request)
         form = await self.form(request)
         tickets = [t for t in form.getlist("ticket") if t]
         if bad := [t for t in tickets if not ids.is_ticket_id(t)]:
-            raise _Refused(400, f"400: {bad[0]!r} is not a ticket id")
+            raise forms.Refused(400, f"400: {bad[0]!r} is not a ticket id")
         back = form.get("back") if form.get("back", "").startswith(f"/runs/{run_id}") else ""
         confirmed = form.get("confirmed") == "1"
         if not confirmed:
@@ -313,7 +310,7 @@ class View:
             from orchestrator.submission import decisions
 
             moved = decisions.requeue(
-                self.settings.workspace, run_id, tickets, _by(request), force=confirmed
+                self.settings.workspace, run_id, tickets, forms.by(request), force=confirmed
             )
             return moved or "nothing to requeue (no claimed file left)\n"
 
@@ -341,7 +338,7 @@ class View:
         return self.render(request, "confirm_requeue.html", context)
 
     async def decide(self, request: Request) -> Response:
-        run_id, ticket_id = _run_id(request), _ticket_id(request)
+        run_id, ticket_id = forms.run_id(request), forms.ticket_id(request)
         form = await self.form(request)
         approved = form.get("decision") == "approve"
         reason = form.get("reason", "")
@@ -363,26 +360,26 @@ class View:
                 ticket_id,
                 form.get("call_id") or None,
                 approved,
-                _by(request),
+                forms.by(request),
                 reason,
             )
 
         return await self.act(request, f"/runs/{run_id}/tickets/{ticket_id}", act)
 
-    async def form(self, request: Request) -> _Form:
+    async def form(self, request: Request) -> forms.Form:
         """The POST's form, once the request may act: the login, read-write, the same
-        origin and the CSRF token; `_Refused` otherwise (`_Stale` for a token of another
+        origin and the CSRF token; `forms.Refused` otherwise (`forms.Stale` for a token of another
         server process: the form is shown again to be sent once more)."""
         if self.settings.read_only:
-            raise _Refused(403, "403: this web view is read-only (started with --no-auth)")
+            raise forms.Refused(403, "403: this web view is read-only (started with --no-auth)")
         if not login.same_origin(request.headers):
-            raise _Refused(403, "403: the form was sent from another site")
+            raise forms.Refused(403, "403: the form was sent from another site")
         body = (await request.body()).decode("utf-8", errors="replace")
-        form = _Form(parse_qs(body, keep_blank_values=True))
+        form = forms.Form(parse_qs(body, keep_blank_values=True))
         if not self.tokens.valid(request.scope.get("user_name", ""), form.get("csrf")):
             if request.scope.get("user_name") and form.get("csrf"):
-                raise _Stale(form)
-            raise _Refused(403, "403: the form's CSRF token is missing; reload the page")
+                raise forms.Stale(form)
+            raise forms.Refused(403, "403: the form's CSRF token is missing; reload the page")
         return form
 
     async def act(self, request: Request, back: str, act: Any) -> Response:
@@ -414,7 +411,7 @@ class View:
         try:
             return store.find(self.settings.workspace, run_id)
         except UsageError:
-            raise NotFound(f"no run {run_id} in this workspace") from None
+            raise forms.NotFound(f"no run {run_id} in this workspace") from None
 
     def render(
         self, request: Request, name: str, context: dict[str, Any], status: int = 200
@@ -444,104 +441,16 @@ class View:
         return self.render(request, "error.html", context, 404)
 
     async def refused(self, request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, _Refused)
+        assert isinstance(exc, forms.Refused)
         return PlainTextResponse(f"{self.public(exc.text)}\n", status_code=exc.status)
 
     async def stale(self, request: Request, exc: Exception) -> Response:
         """A form whose token this server did not make (it restarted since the page was
         loaded): nothing was done; the same form, with what was typed, to send again."""
-        assert isinstance(exc, _Stale)
+        assert isinstance(exc, forms.Stale)
         fields = [(k, v) for k, values in exc.form.fields.items() if k != "csrf" for v in values]
         context = {"action": request.url.path, "fields": fields, "status": 403}
         return self.render(request, "resend.html", context, 403)
-
-
-class _Headers:
-    """ASGI middleware: every response refuses to be framed by another page (a framed form
-    would carry this site's token and login) and to be sniffed as another type."""
-
-    HEADERS = (
-        (b"content-security-policy", b"frame-ancestors 'none'"),
-        (b"x-frame-options", b"DENY"),
-        (b"x-content-type-options", b"nosniff"),
-        (b"referrer-policy", b"same-origin"),
-    )
-
-    def __init__(self, app: Any) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        async def with_headers(message: Any) -> None:
-            if message["type"] == "http.response.start":
-                message.setdefault("headers", [])
-                message["headers"] = [*message["headers"], *self.HEADERS]
-            await send(message)
-
-        await self.app(scope, receive, with_headers if scope["type"] == "http" else send)
-
-
-class _Stale(Exception):
-    """A form with a CSRF token another server process made."""
-
-    def __init__(self, form: _Form) -> None:
-        super().__init__("stale CSRF token")
-        self.form = form
-
-
-class _Refused(Exception):
-    def __init__(self, status: int, text: str) -> None:
-        super().__init__(text)
-        self.status, self.text = status, text
-
-
-class _Form:
-    """A urlencoded form (every action's body)."""
-
-    def __init__(self, fields: dict[str, list[str]]) -> None:
-        self.fields = fields
-
-    def get(self, name: str, default: str = "") -> str:
-        values = self.fields.get(name)
-        return values[0] if values else default
-
-    def getlist(self, name: str) -> list[str]:
-        return self.fields.get(name, [])
-
-
-@dataclass(frozen=True)
-class _Page:
-    number: int
-    count: int
-
-    @property
-    def previous(self) -> int | None:
-        return self.number - 1 if self.number > 1 else None
-
-    @property
-    def next(self) -> int | None:
-        return self.number + 1 if self.number < self.count else None
-
-
-def _page(asked: str | None, items: int, per: int) -> _Page:
-    count = max(1, math.ceil(items / per))
-    try:
-        number = int(asked or 1)
-    except ValueError:
-        number = 1
-    return _Page(min(max(number, 1), count), count)
-
-
-def _per_page(asked: str | None) -> int:
-    try:
-        return min(max(int(asked or TICKETS_PER_PAGE), 1), MAX_PER_PAGE)
-    except ValueError:
-        return TICKETS_PER_PAGE
-
-
-def _link(base: str, state: dict[str, str], changed: dict[str, Any]) -> str:
-    merged = {**state, **{k: "" if v is None else str(v) for k, v in changed.items()}}
-    query = urlencode({k: v for k, v in merged.items() if v not in ("", None)})
-    return f"{base}?{query}" if query else base
 
 
 def _filtered(tickets: list[TicketRow], chosen: dict[str, str]) -> list[TicketRow]:
@@ -587,26 +496,6 @@ def _nodes(
                 status = "crashed" if meta.get("status") == "crashed" else "stopped"
         rows.append({**node, "name": name, "status": status, "ms": ms, **counted})
     return rows
-
-
-def _run_id(request: Request) -> str:
-    value = request.path_params["run_id"]
-    try:
-        return ids.run(value)
-    except RunStateError:
-        raise NotFound(f"{value!r} is not a run id") from None
-
-
-def _ticket_id(request: Request) -> str:
-    value = request.path_params["ticket_id"]
-    if not ids.is_ticket_id(value):
-        raise NotFound(f"{value!r} is not a ticket id")
-    return value
-
-
-def _by(request: Request) -> str:
-    """Who acts: the login's user name, marked as the web view's."""
-    return f"{request.scope.get('user_name', 'unknown')} (web)"
 
 
 def _writes(workspace: Path, run_store: store.RunStore, ticket_id: str) -> list[tuple[Any, str]]:

@@ -22,11 +22,12 @@ from starlette.responses import Response
 from orchestrator.errors import GraphError, RunStateError
 from orchestrator.people import queue, stops
 from orchestrator.run import ids
+from orchestrator.web import forms, paging
 from orchestrator.web.resumes import Resumes
 from orchestrator.web.waiting import Waiting
 
 if TYPE_CHECKING:
-    from orchestrator.web.app import View, _Form
+    from orchestrator.web.app import View
 
 ITEMS_PER_PAGE = 100
 FILTERS = ("kind", "reason", "category", "run", "age", "order")
@@ -50,8 +51,6 @@ class People:
         self, request: Request, extra: dict[str, Any] | None = None, status: int = 200
     ) -> Response:
         """The queue page (with `extra`: an error and what was typed, shown again)."""
-        from orchestrator.web.app import _link, _page
-
         query = request.query_params
         chosen = {k: query.get(k, "") for k in FILTERS}
         every = self.waiting.items(_run_filter(chosen))
@@ -59,7 +58,7 @@ class People:
         shown = [i for i in every if keep.keep(i)]
         if chosen["order"] == "newest":
             shown.reverse()
-        page = _page(query.get("page"), len(shown), ITEMS_PER_PAGE)
+        page = paging.page(query.get("page"), len(shown), ITEMS_PER_PAGE)
         start = (page.number - 1) * ITEMS_PER_PAGE
         context = {
             "items": shown[start : start + ITEMS_PER_PAGE],
@@ -72,7 +71,7 @@ class People:
             "reasons": sorted({i.reason for i in every}),
             "categories": sorted({i.category for i in every if i.category}),
             "runs": sorted({i.run_id for i in every}, reverse=True),
-            "link": lambda **changed: _link("/queue", chosen, changed),
+            "link": lambda **changed: paging.link("/queue", chosen, changed),
             "explain": stops.explained,
             "age": age,
             "key": call_key,
@@ -110,7 +109,7 @@ class People:
                             ticket_id,
                             call_id,
                             decision == "approve",
-                            _by(request),
+                            forms.by(request),
                             reason,
                         )
                     )
@@ -151,7 +150,7 @@ class People:
                 run_id,
                 ticket_id,
                 action,  # type: ignore[arg-type]
-                _by(request),
+                forms.by(request),
                 form.get("reason") or None,
                 form.get("reply") if action == "edit" else None,
             )
@@ -177,14 +176,14 @@ class People:
                 run_id,
                 ticket_id,
                 verdict == "good",
-                _by(request),
+                forms.by(request),
                 form.get("reason") or None,
             )
             return f"{made.verdict}: {run_id} {ticket_id} by {made.by}; label kept\n"
 
         return await self._ticket_act(request, form, act)
 
-    async def _ticket_act(self, request: Request, form: _Form, act: Any) -> Response:
+    async def _ticket_act(self, request: Request, form: forms.Form, act: Any) -> Response:
         """Do `act`; back to the queue with what it said, or (a mistake in the form) the
         ticket's page again with what was typed and what to do."""
         from orchestrator.errors import UsageError
@@ -195,7 +194,7 @@ class People:
             return await self._again(request, form, str(exc))
         return self.view.redirect_with(request, "/queue", said)
 
-    async def _again(self, request: Request, form: _Form, error: str) -> Response:
+    async def _again(self, request: Request, form: forms.Form, error: str) -> Response:
         typed = {name: form.get(name) for name in ("reason", "reply", "action", "verdict")}
         extra = {"error": self.view.public(error), "typed": typed}
         return await run_in_threadpool(self.view.ticket_page_of, request, extra, 400)
@@ -204,9 +203,7 @@ class People:
 
     async def resume(self, request: Request) -> Response:
         """Start `ticketgraph resume` for the run (`--retry-failed all` when asked)."""
-        from orchestrator.web.app import _run_id
-
-        run_id = _run_id(request)
+        run_id = forms.run_id(request)
         form = await self.view.form(request)
         retry = form.get("retry", "retryable")
         if retry not in ("retryable", "all", "none"):
@@ -214,7 +211,7 @@ class People:
 
         def act() -> str:
             try:
-                started = self.resumes.start(run_id, retry, _by(request))  # type: ignore[arg-type]
+                started = self.resumes.start(run_id, retry, forms.by(request))  # type: ignore[arg-type]
             except RuntimeError as exc:
                 return f"not started: {exc}\n"
             return started.said + "\n"
@@ -281,12 +278,4 @@ def _shown(chosen: dict[str, str]) -> queue.Filters:
 
 
 def _ids(request: Request) -> tuple[str, str]:
-    from orchestrator.web.app import _run_id, _ticket_id
-
-    return _run_id(request), _ticket_id(request)
-
-
-def _by(request: Request) -> str:
-    from orchestrator.web.app import _by as by
-
-    return by(request)
+    return forms.run_id(request), forms.ticket_id(request)
