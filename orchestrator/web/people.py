@@ -141,6 +141,9 @@ class People:
         action = form.get("action")
         if action not in ("send", "edit", "close"):
             return await self._again(request, form, "choose send, send edited or close")
+        if action == "edit" and not form.get("reply").strip():
+            said = "the edited reply is empty: write it in the box, or close without a reply"
+            return await self._again(request, form, said)
 
         def act() -> str:
             from orchestrator.people import handling
@@ -167,6 +170,9 @@ class People:
         verdict = form.get("verdict")
         if verdict not in ("good", "bad"):
             return await self._again(request, form, "choose good or bad")
+        if verdict == "bad" and not form.get("reason").strip():
+            said = "say why the reply is bad in the reason box (the label keeps it), then bad"
+            return await self._again(request, form, said)
 
         def act() -> str:
             from orchestrator.people import audit

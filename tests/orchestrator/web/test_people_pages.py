@@ -117,7 +117,7 @@ def test_a_rejection_without_a_reason_shows_the_form_again_with_what_to_do(
         assert "checked" in typed.text  # the ticked call stays ticked
         edit = {"csrf": token, "action": "edit", "reply": "   ", "reason": "kept"}
         handled = web.post(f"/runs/{run_id}/tickets/T-1004/handle", data=edit, headers=SAME_SITE)
-        assert handled.status_code == 400 and "the reply file is empty" in handled.text
+        assert handled.status_code == 400 and "the edited reply is empty" in handled.text
         assert 'value="kept"' in handled.text  # what was typed is still there
     assert not (workspace / "runs" / run_id / "decisions").exists()
     assert not (workspace / "runs" / run_id / "handled").exists()
