@@ -14,9 +14,14 @@ from pathlib import Path
 import httpx
 import pytest
 
+from bench.web import big_run
 from orchestrator.config.workspace import init_demo
+from orchestrator.run.records import ticket_spend
+from orchestrator.web.catalog import Catalog
 from tests.conftest import clean_env, demo_scripts, write_scenarios
-from tests.orchestrator.web.conftest import PASSWORD, USER, command, web_server
+from tests.orchestrator.web.conftest import PASSWORD, USER, command, run_id_of, web_server
+from workers.state import RunState
+from workers.usage import RunUsage
 
 pytestmark = pytest.mark.slow
 TURN_MS = 6000  # each turn of T-1001's draft: the page is read inside the second
@@ -133,3 +138,50 @@ def test_a_ticket_being_drafted_shows_its_paid_turn_and_the_rows_add_up(tmp_path
     done = ticket_rows(ended)
     assert done["T-1001"]["status"] == "pass" and int(done["T-1001"]["calls"]) == 2
     assert summary(ended)[0] == sum(c for c, _ in step_rows(ended).values())
+
+
+def agent_state(path: Path, calls: int, tokens: int, cost: float) -> None:
+    """An agent's saved state as the harness writes it (workers/state.py's RunState)."""
+    usage = RunUsage(prompt_tokens=tokens - 1, completion_tokens=1, requests=calls)
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(RunState(usage=usage, cost_usd=cost).model_dump_json())
+
+
+def test_a_rewrite_in_flight_counts_and_final_or_ended_tickets_keep_their_records(
+    tmp_path: Path, finished: Path
+) -> None:
+    """Review's rewrite of a drafted ticket adds what it paid, `in review`; a ticket with its
+    verdict, and every ticket of an ended run, show their records only (agents unread)."""
+    workspace = tmp_path / "live"
+    (workspace / "runs").mkdir(parents=True)
+    source = finished / "runs" / run_id_of(finished)
+    run_dir = big_run(source, workspace / "runs", "run-20261201-000000-live", 6, live=True)
+    drafted = json.loads((run_dir / "records" / "T-00001.json").read_text())
+    drafted |= {
+        "status": "drafted",
+        "review": {},
+        "draft": {"calls": 2, "tokens": 900, "cost_usd": 0.002},
+    }
+    (run_dir / "records" / "T-00001.json").write_text(json.dumps(drafted))
+    agents = run_dir / "agents"
+    agent_state(agents / "T-00001.draft.json", 2, 900, 0.002)  # counted in the record
+    agent_state(agents / "T-00001.review-1.json", 1, 500, 0.001)  # its rewrite, paying
+    final = json.loads((run_dir / "records" / "T-00002.json").read_text())
+    assert final["status"] in ("pass", "needs_human")
+    agent_state(agents / "T-00002.review-9.json", 50, 50_000, 5.0)  # not the record's
+
+    view = Catalog(workspace).view(run_dir.name)
+    rows = {row.id: row for row in view.tickets}
+    assert rows["T-00001"].status == "drafted" and rows["T-00001"].shown_status == "in review"
+    assert (rows["T-00001"].calls, rows["T-00001"].tokens) == (3, 1400)
+    assert rows["T-00001"].cost_usd == pytest.approx(0.003)
+    kept = ticket_spend(final)
+    assert (rows["T-00002"].calls, rows["T-00002"].cost_usd) == (kept.calls, kept.cost_usd)
+    assert rows["T-00002"].shown_status == final["status"]
+    assert view.row.calls == sum(r.calls for r in view.tickets) + view.nodes["route"]["calls"]
+
+    meta = json.loads((run_dir / "run.json").read_text())
+    meta |= {"status": "stopped_early", "exit_code": 2}
+    (run_dir / "run.json").write_text(json.dumps(meta))
+    ended = {row.id: row for row in Catalog(workspace).view(run_dir.name).tickets}
+    assert (ended["T-00001"].calls, ended["T-00001"].shown_status) == (2, "drafted")
