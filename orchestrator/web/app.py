@@ -54,7 +54,7 @@ from orchestrator.web.people import People
 HERE = Path(__file__).parent
 RUNS_PER_PAGE = 50
 LIVE_EVERY_S = 1
-TICKET_SORTS = ("id", "category", "handler", "rounds", "stop", "status", "cost")
+TICKET_SORTS = ("id", "category", "handler", "rounds", "stop", "status", "calls", "cost")
 CANCEL_WAIT_S = 5.0
 
 
@@ -192,7 +192,7 @@ class View:
         context = {
             "run": row,
             "meta": meta,
-            "nodes": _nodes(meta, view.nodes, row.live),
+            "nodes": _nodes(meta, view.nodes, row),
             "counts": sorted(row.by_status.items()),
             "rows": shown[start : start + per],
             "matching": len(shown),
@@ -475,27 +475,42 @@ def _shown_verdict(row: RunRow) -> str:
 
 
 def _nodes(
-    meta: dict[str, Any], nodes: dict[str, dict[str, Any]], live: bool
+    meta: dict[str, Any], nodes: dict[str, dict[str, Any]], run: RunRow
 ) -> list[dict[str, Any]]:
-    """The report's steps table: the plan's nodes in order, then any other (the report's)."""
+    """The report's steps table: the plan's nodes in order, then any other (the report's).
+    A live run's open step shows what it paid so far: the summary's figures (its tickets'
+    records and agents, catalog.py) less the closed steps', so the rows add up to it."""
     order = (meta.get("config") or {}).get("nodes") or []
     names = [n for n in order if n in nodes] + sorted(set(nodes) - set(order))
+    open_now = [n for n in names if nodes[n].get("status", "running") != "ok"]
     rows = []
     for name in names:
         node = nodes[name]
         status = node.get("status", "running")
         ms = node.get("ms", 0)
-        counted = {}
+        counted: dict[str, Any] = {}
         if status != "ok" and node.get("started"):
-            if live:
+            if run.live:
                 ms = round((time.time() - node["started"]) * 1000)
-                # A step's record counts its calls when it ends; until then its row shows
-                # none rather than a 0 the summary (tickets' records) already contradicts.
-                counted = {"calls": None, "tokens": None, "cost_usd": None}
+                counted = _so_far(run, nodes, name) if open_now == [name] else UNCOUNTED
             else:
                 status = "crashed" if meta.get("status") == "crashed" else "stopped"
         rows.append({**node, "name": name, "status": status, "ms": ms, **counted})
     return rows
+
+
+# Two steps at work at once (a step that crashed open): which paid what is not known yet.
+UNCOUNTED = {"calls": None, "tokens": None, "cost_usd": None}
+
+
+def _so_far(run: RunRow, nodes: dict[str, dict[str, Any]], name: str) -> dict[str, Any]:
+    """What the one open step `name` of a live run paid so far: the run's figures less the
+    other steps' (each closed step counted what it paid when it ended)."""
+    others = [n for key, n in nodes.items() if key != name]
+    paid = {"calls": run.calls, "tokens": run.tokens, "cost_usd": run.cost_usd}
+    left = {f: total - sum(n.get(f, 0) for n in others) for f, total in paid.items()}
+    left["cost_usd"] = round(left["cost_usd"], 8)
+    return {f: max(v, 0) for f, v in left.items()}
 
 
 def _writes(workspace: Path, run_store: store.RunStore, ticket_id: str) -> list[tuple[Any, str]]:

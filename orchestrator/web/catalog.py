@@ -25,6 +25,7 @@ from orchestrator.run import ids
 from orchestrator.run.records import Routed, TicketStatus, spent, ticket_spend
 from orchestrator.run.store import META_FILE, ROUTE_NODE, STATE_FILE, RunStore
 from orchestrator.submission.status import seconds_between, verdict_of
+from orchestrator.web import live
 
 HUMAN = TicketStatus.NEEDS_HUMAN.value
 WAITING = TicketStatus.AWAITING_APPROVAL.value
@@ -46,6 +47,14 @@ class TicketRow(NamedTuple):
     routing: str
     calls: int
     tokens: int
+    # What a step of a live run is doing with it now (`drafting`, `in review`; "" when no
+    # step is): shown instead of `status`, which stays the record's (counts and filters).
+    at_work: str = ""
+
+    @property
+    def shown_status(self) -> str:
+        """The status its row shows: what a step does with it now, else its record's."""
+        return self.at_work or self.status
 
 
 @dataclass(frozen=True)
@@ -112,6 +121,9 @@ class _Folder:
     # route's decisions (routes.json, as RunStore keeps them), shown in records drafting
     # has not written yet
     routes: Mapping[str, Routed] = field(default_factory=dict)
+    # Agent states of a live run's tickets still at work: file name -> (its key, what it
+    # paid), re-read only when it changed (live.py).
+    agents: dict[str, tuple[tuple[int, int, int], live.Paid]] = field(default_factory=dict)
     last: RunView | None = None  # the last view computed, and when (time.monotonic())
     last_at: float = 0.0
     last_meta: tuple[int, int, int] | None = None  # run.json's version that view was made from
@@ -176,6 +188,9 @@ class Catalog:
         tickets = self._tickets(run_id, folder)
         nodes = self._nodes(run_id, folder)
         meta = folder.meta
+        if meta.get("status") == RUNNING:
+            agents = self.runs_dir / run_id / "agents"
+            tickets = live.at_work(agents, tickets, folder.agents)
         if meta.get("status") != RUNNING and meta.get("totals"):
             row = _row(run_id, meta, meta["totals"])
         else:
