@@ -16,11 +16,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from orchestrator.config.workspace import Workspace
 from orchestrator.errors import GraphError
 from orchestrator.people import audit, money, stops
 from orchestrator.run import approvals, verdicts
@@ -76,7 +76,7 @@ class Filters:
         )
 
 
-def items(workspace: Path, filters: Filters | None = None) -> list[Item]:
+def items(workspace: Workspace, filters: Filters | None = None) -> list[Item]:
     """What waits for a person in every run of the workspace, oldest first (or newest)."""
     filters = filters or Filters()
     now = datetime.now(UTC)
@@ -92,8 +92,8 @@ def counts(found: Iterable[Item]) -> dict[str, int]:
     return total
 
 
-def _all(workspace: Path, now: datetime, run_id: str | None) -> Iterator[Item]:
-    for run_dir in sorted((workspace / "runs").glob(run_id or "run-*")):
+def _all(workspace: Workspace, now: datetime, run_id: str | None) -> Iterator[Item]:
+    for run_dir in sorted((workspace.runs).glob(run_id or "run-*")):
         store = RunStore(run_dir)
         try:
             meta = store.meta()

@@ -31,6 +31,7 @@ from celery.exceptions import Reject
 from orchestrator.broker import outage, timelimits
 from orchestrator.broker.app import OUTAGE_CONF_KEY, app, worker_llm
 from orchestrator.config import declarations
+from orchestrator.config.workspace import Workspace
 from orchestrator.coordination import control, events, fanout, keys, slot
 from orchestrator.errors import RunStateError, RunStorageError
 from orchestrator.plan import canvas
@@ -316,7 +317,8 @@ def _held(
     ctx.store = store.fenced(held)
     ctx.store.keep(ticket_id, seen[0])  # read under the lock it now holds: current
     ctx.open_node()
-    if (differ := declarations.mismatch(Path(ctx.meta.workspace), ctx.meta.config)) is not None:
+    workspace = Workspace(Path(ctx.meta.workspace))
+    if (differ := declarations.mismatch(workspace, ctx.meta.config)) is not None:
         # Another version of the tools or checks than the run's: draft nothing with them.
         status = _failed(ctx, ticket_id, differ, stop=DECLARATIONS_DIFFER)
         hand_on()

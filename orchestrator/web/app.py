@@ -36,6 +36,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
+from orchestrator.config.workspace import Workspace
 from orchestrator.errors import GraphError, RunStateError, UsageError
 from orchestrator.run import ids, store
 from orchestrator.steps import report
@@ -229,7 +230,7 @@ class View:
             from orchestrator.submission import decisions
 
             return decisions.cancel(
-                self.settings.workspace,
+                Workspace(self.settings.workspace),
                 run_id,
                 [],
                 _by(request),
@@ -250,7 +251,9 @@ class View:
         def act() -> str:
             from orchestrator.submission import decisions
 
-            moved = decisions.requeue(self.settings.workspace, run_id, tickets, _by(request))
+            moved = decisions.requeue(
+                Workspace(self.settings.workspace), run_id, tickets, _by(request)
+            )
             return moved or "nothing to requeue (no claimed file left)\n"
 
         return await self._act(request, f"/runs/{run_id}", act)
@@ -269,7 +272,7 @@ class View:
             from orchestrator.submission import decisions
 
             return decisions.decide(
-                self.settings.workspace,
+                Workspace(self.settings.workspace),
                 run_id,
                 ticket_id,
                 form.get("call_id") or None,
@@ -310,7 +313,7 @@ class View:
 
     def _store(self, run_id: str) -> store.RunStore:
         try:
-            return store.find(self.settings.workspace, run_id)
+            return store.find(Workspace(self.settings.workspace), run_id)
         except UsageError as exc:
             raise NotFound(str(exc)) from None
 
@@ -484,4 +487,7 @@ def _writes(workspace: Path, run_store: store.RunStore, ticket_id: str) -> list[
     """The ticket's writes in the workspace's ledger, each with what a requeue does with it."""
     from orchestrator.run import ledger
 
-    return [(w, ledger.fate(w, False)) for w in ledger.of_ticket(workspace, run_store, ticket_id)]
+    return [
+        (w, ledger.fate(w, False))
+        for w in ledger.of_ticket(Workspace(workspace), run_store, ticket_id)
+    ]

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from orchestrator.config.workspace import Workspace
 from orchestrator.run import approvals, cancels, ids
 from orchestrator.run.records import Cancel, TicketRecord
 from orchestrator.run.store import ROUTER, RunStore
@@ -144,7 +145,7 @@ def _reply(
 ) -> tuple[str | None, str | None]:
     """The published reply (out/), or the draft merge has not published yet."""
     if record.file is not None:
-        text = _text(ids.out_file(workspace, ticket_id))
+        text = _text(ids.out_file(Workspace(workspace), ticket_id))
         if text is not None:
             return record.file, text
     draft = store.draft_path(ticket_id)
