@@ -115,12 +115,12 @@ def show_status(run_id: str | None, workspace: Workspace, as_json: bool) -> int:
     record (the run-state.json record of every node and ticket).
     """
     from orchestrator.coordination import budget
-    from orchestrator.run.records import RunPhase
+    from orchestrator.run.records import RunStatus
     from orchestrator.submission import status
 
     found = status.find(workspace, run_id)
     record, handled = found.read(), status.handled_of(found)
-    if record.status is RunPhase.RUNNING and budget.limits(record.config).any:
+    if record.status is RunStatus.RUNNING and budget.limits(record.config).any:
         broker_url = os.environ.get("TICKETGRAPH_BROKER_URL")  # a live ledger is there
         record.budget = budget.read_live(broker_url, record.run_id) or record.budget
     if as_json:

@@ -37,13 +37,21 @@ class TicketStatus(StrEnum):
     AWAITING_APPROVAL = "awaiting_approval"  # a tool call of its worker waits for a person
 
 
-class RunPhase(StrEnum):
-    """Where the run as a whole is."""
+class RunStatus(StrEnum):
+    """Where the graph run as a whole is (run.json's `status`; an agent run's is the
+    harness's AgentStatus, workers/state.py)."""
 
     RUNNING = "running"
     STOPPED = "stopped_early"
     DONE = "done"
     CRASHED = "crashed"
+
+
+class NodeStatus(StrEnum):
+    """Where one node of the graph is (run-state.json's nodes.<node>.status)."""
+
+    RUNNING = "running"
+    OK = "ok"
 
 
 class NodeRecord(BaseModel):
@@ -52,7 +60,7 @@ class NodeRecord(BaseModel):
     ms: int = 0
     calls: int = 0
     tokens: int = 0
-    status: str = "running"
+    status: NodeStatus = NodeStatus.RUNNING
     rounds: int | None = None
     started: float | None = None  # epoch seconds, so any machine can close the node
     error: str | None = None
@@ -63,14 +71,14 @@ class NodeRecord(BaseModel):
     @property
     def done(self) -> bool:
         """True once the node has been closed."""
-        return self.status == "ok"
+        return self.status is NodeStatus.OK
 
     def close(
         self, calls: int = 0, tokens: int = 0, rounds: int | None = None, usage: Any = None
     ) -> None:
         """Close the node with its totals; its time runs from its start to now."""
         self.ms = round((time.time() - (self.started or time.time())) * 1000)
-        self.calls, self.tokens, self.rounds, self.status = calls, tokens, rounds, "ok"
+        self.calls, self.tokens, self.rounds, self.status = calls, tokens, rounds, NodeStatus.OK
         if usage is not None:
             self.cost_usd, self.estimated = usage.cost_usd, usage.estimated
             self.waited = usage.waited
@@ -383,7 +391,7 @@ class RunMeta(BaseModel):
     started_at: str
     updated_at: str
     workspace: str
-    status: RunPhase = RunPhase.RUNNING
+    status: RunStatus = RunStatus.RUNNING
     exit_code: int | None = None
     error: str | None = None
     config: RunConfig
@@ -392,7 +400,7 @@ class RunMeta(BaseModel):
     budget: BudgetTotals | None = None  # the run's budget ledger as last copied
     totals: RunTotals | None = None  # set when the run ends, cleared when it is resumed
 
-    def end(self, status: RunPhase, exit_code: int | None, error: str | None = None) -> None:
+    def end(self, status: RunStatus, exit_code: int | None, error: str | None = None) -> None:
         """Set where the run ended and the exit code cron will see (run/ending.py ends a
         run; a claim that has not finished reads crashed until it does)."""
         self.status, self.exit_code, self.error = status, exit_code, error
@@ -400,7 +408,7 @@ class RunMeta(BaseModel):
     def reopen(self) -> None:
         """Set the run running again (a claim finished, or `resume`): no exit code, no
         error, and no totals (they are counted again when it ends)."""
-        self.status, self.exit_code, self.error, self.totals = RunPhase.RUNNING, None, None, None
+        self.status, self.exit_code, self.error, self.totals = RunStatus.RUNNING, None, None, None
 
 
 class RunRecord(RunMeta):

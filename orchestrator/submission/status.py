@@ -19,8 +19,8 @@ from orchestrator.run.records import (
     FAILED_STOPS,
     BudgetTotals,
     Cancel,
-    RunPhase,
     RunRecord,
+    RunStatus,
     TicketStatus,
     WaitingCall,
 )
@@ -103,8 +103,8 @@ def verdict(record: RunRecord) -> Verdict:
 
 
 def verdict_of(status: str, exit_code: int | None) -> Verdict:
-    """The outcome of a run with this status (RunPhase's value) and exit code, as one word."""
-    if status == RunPhase.RUNNING.value:
+    """The outcome of a run with this status (RunStatus's value) and exit code, as one word."""
+    if status == RunStatus.RUNNING.value:
         return "running"
     return {
         ExitCode.ALL_PASS: "all_pass",
@@ -158,7 +158,7 @@ def document(
         by_status=dict(Counter(t.status.value for t in record.tickets.values())),
         cost_usd=report.cost(record),
         duration_s=duration_s(record),
-        report=str(report_file) if record.status is RunPhase.DONE else None,
+        report=str(report_file) if record.status is RunStatus.DONE else None,
         awaiting_approval=waiting(record),
         cancel=record.cancel,
         handled=list((handled or {}).values()),
