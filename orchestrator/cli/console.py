@@ -110,7 +110,7 @@ class Follower:
             budget = store.meta().config.run_budget_usd
             plan, tickets = tasks.registered(), len(store.ticket_ids())
             self.tally = tally = Tally(
-                tickets, plan.nodes, plan[DRAFT.name].node, budget_usd=budget
+                tickets, plan.nodes, plan[DRAFT.name].node, run_budget_usd=budget
             )
             if mode == "live":
                 from orchestrator.cli.live import LiveView

@@ -104,7 +104,7 @@ class Tally:
     tokens: int = 0
     cost_usd: float = 0.0
     paid: dict[str, float] = field(default_factory=dict)  # agent run -> its cost so far
-    budget_usd: float | None = None  # what the run may spend ([run] budget_usd, --budget)
+    run_budget_usd: float | None = None  # what the run may spend ([run] budget_usd, --budget)
     waits: CapWaits = field(default_factory=CapWaits)
 
     def __post_init__(self) -> None:
@@ -114,7 +114,7 @@ class Tally:
     def spend(self) -> str:
         """`$0.0123`, or `$0.0123 of $0.0500` against the run's budget."""
         spent = f"${self.cost_usd:.4f}"
-        return spent if self.budget_usd is None else f"{spent} of ${self.budget_usd:.4f}"
+        return spent if self.run_budget_usd is None else f"{spent} of ${self.run_budget_usd:.4f}"
 
     def add(self, event: dict[str, Any]) -> None:
         """Count one trace event."""

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator.run.outline import REPORTED_NODES
 from workers.pricing import PriceTable
@@ -248,11 +248,16 @@ def ticket_spend(record: Mapping[str, Any]) -> StepUsage:
 class RoleSettings(BaseModel):
     """A role's own settings (the router's, a worker's) where they differ from [harness]."""
 
+    # Per agent run (stored as `budget_usd`); the graph run's is `run_budget_usd`.
+    model_config = ConfigDict(
+        validate_by_name=True, validate_by_alias=True, serialize_by_alias=True
+    )
+
     model: str | None = None
     max_tokens: int | None = None
     temperature: float | None = None
     max_turns: int | None = None
-    budget_usd: float | None = None
+    agent_budget_usd: float | None = Field(default=None, alias="budget_usd", title="Budget Usd")
     prompt: str | None = None  # the system prompt's text, read from its prompt_file
 
 
@@ -275,6 +280,11 @@ class WorkerSpec(RoleSettings):
 
 class RunConfig(BaseModel):
     """The run's effective configuration, fixed at submit time so every worker agrees."""
+
+    # `agent_budget_usd` is per agent run (stored as `budget_usd`), `run_budget_usd` per graph run.
+    model_config = ConfigDict(
+        validate_by_name=True, validate_by_alias=True, serialize_by_alias=True
+    )
 
     categories: list[str]
     pool_size: int
@@ -301,7 +311,7 @@ class RunConfig(BaseModel):
     max_chars: int = 4000
     model: str
     max_turns: int
-    budget_usd: float | None  # per agent run
+    agent_budget_usd: float | None = Field(alias="budget_usd", title="Budget Usd")
     # What the whole run, and one ticket, may spend across every worker (coordination/budget.py).
     run_budget_usd: float | None = None
     ticket_budget_usd: float | None = None

@@ -225,13 +225,13 @@ def role_of(config: RunConfig, role: str) -> Role:
     own: RoleSettings = config.workers.get(role) or config.roles.get(role, RoleSettings())
     if role == "router":
         max_tokens, temperature = config.router_max_tokens, config.router_temperature
-        model, budget = config.router_model or config.model, config.budget_usd
+        model, budget = config.router_model or config.model, config.agent_budget_usd
     elif role == "evaluator":
         max_tokens, temperature = config.evaluator_max_tokens, config.evaluator_temperature
         model, budget = config.evaluator_model or config.model, config.evaluator_budget_usd
     else:
         max_tokens, temperature = config.max_tokens, config.temperature
-        model, budget = config.model, config.budget_usd
+        model, budget = config.model, config.agent_budget_usd
     params = RequestParams(
         max_tokens=own.max_tokens or max_tokens,
         temperature=temperature if own.temperature is None else own.temperature,
@@ -241,7 +241,7 @@ def role_of(config: RunConfig, role: str) -> Role:
         model=own.model or model,
         params=params,
         max_turns=own.max_turns or config.max_turns,
-        budget_usd=own.budget_usd or budget,
+        budget_usd=own.agent_budget_usd or budget,
         # A worker's prompt is its caller's to give (steps/draft.py: its own, or an angle's).
         prompt=None if role in config.workers else own.prompt or None,
     )
