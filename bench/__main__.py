@@ -9,7 +9,7 @@ Sections (`--only a,c` picks some):
   d  the demo: fan-out ms and whole-command wall (5 runs), over the LangGraph peer's process
   e  broker bytes per task message with 1 KB and 100 KB drafts
   f  harness overhead per turn
-  g  the web view: server time of a 10,000-ticket run page and of a 1,000-run list
+  g  the web view: server time of a 10,000-ticket run page, a 1,000-run list and a 10,000-item queue
   h  the fleet regime: N = 10,000, pool 512, 2 s calls: embedded run vs LangGraph, requests
      in flight, peak RSS and threads per process
 

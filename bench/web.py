@@ -5,12 +5,15 @@ then copied, as the run would have written them, into
   - a run of 10,000 tickets (each of the six tickets' records cloned, run-state.json
     materialised with all of them), once ended and once live (run.json says running, so the
     page reads records/, one file per ticket), and
-  - 1,000 ended runs (the demo run's folder under 1,000 run ids).
+  - 1,000 ended runs (the demo run's folder under 1,000 run ids), and
+  - a workspace whose queue holds 10,000 waiting items (/queue): an ended run whose every
+    ticket needs a person (the demo's needs_human record, T-1004's, cloned).
 The application (`orchestrator.web.app`) then serves the pages in this process through
 Starlette's TestClient: the time from request to the last byte of the response, first on a
 fresh application (nothing cached: every file read) and then again, each time after the
 catalog's LIVE_TTL_S (what the live page's 1 s refresh costs: a live run's records/ scanned
-again, changed files re-read). Target: under 300 ms each (issue 20), at the default page size.
+again, changed files re-read). Target: under 300 ms each (issue 20; the queue: issue 48),
+at the default page size.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from bench.suite import Context, Section
 TARGET_MS = 300.0
 BIG_RUN = "run-20261201-000000-big0"
 LIVE_RUN = "run-20261201-000000-live"
+QUEUE_RUN = "run-20261201-000000-queu"
 
 
 def demo_run(root: Path) -> Path:
@@ -42,13 +46,22 @@ def demo_run(root: Path) -> Path:
     return sorted((root / "runs").glob("run-*/run.json"))[-1].parent
 
 
-def big_run(source: Path, runs_dir: Path, run_id: str, n: int, live: bool = False) -> Path:
+def big_run(
+    source: Path,
+    runs_dir: Path,
+    run_id: str,
+    n: int,
+    live: bool = False,
+    status: str | None = None,
+) -> Path:
     """A copy of `source` with `n` tickets (its records cloned as T-00001...), ended (with
-    run-state.json) or `live` (run.json running, no run-state.json)."""
+    run-state.json) or `live` (run.json running, no run-state.json); `status`: only the
+    records of that status are cloned."""
     target = runs_dir / run_id
     (target / "records").mkdir(parents=True)
     shutil.copytree(source / "nodes", target / "nodes")
     records = [json.loads(p.read_bytes()) for p in sorted((source / "records").glob("*.json"))]
+    records = [r for r in records if status in (None, r["status"])]
     tickets: dict[str, Any] = {}
     for k in range(n):
         ticket_id = f"T-{k + 1:05d}"
@@ -115,7 +128,9 @@ def measure(workspace: Path, url: str, repeats: int) -> dict[str, Any]:
 def run(ctx: Context, section: Section) -> None:
     """Build the workspaces, then time the pages."""
     n, count = (2000, 200) if ctx.options.quick else (10_000, 1_000)
-    section.title = f"web view: server time, {n:,}-ticket run page and {count:,}-run list"
+    section.title = (
+        f"web view: server time, {n:,}-ticket run page, {count:,}-run list and {n:,}-item queue"
+    )
     root = ctx.folder("g-web")
     source = demo_run(root)
     big = ctx.folder("g-big")
@@ -126,11 +141,16 @@ def run(ctx: Context, section: Section) -> None:
     lots = ctx.folder("g-runs")
     os.makedirs(lots / "runs")
     many_runs(source, lots / "runs", count)
+    waiting = ctx.folder("g-queue")
+    os.makedirs(waiting / "runs")
+    big_run(source, waiting / "runs", QUEUE_RUN, n, status="needs_human")
+    shutil.copy(root / "ticketgraph.toml", waiting / "ticketgraph.toml")
     repeats = ctx.options.runs_or(10, quick=3)
     pages = {
         "run_page": (big, f"/runs/{BIG_RUN}"),
         "live_run_page": (big, f"/runs/{LIVE_RUN}"),
         "run_list": (lots, "/"),
+        "queue_page": (waiting, "/queue"),
     }
     for key, (workspace, url) in pages.items():
         got = measure(workspace, url, repeats)
@@ -140,6 +160,7 @@ def run(ctx: Context, section: Section) -> None:
             "run_page": f"a {n:,}-ticket run's page (ended)",
             "live_run_page": f"a {n:,}-ticket run's page (live: records/)",
             "run_list": f"the list of {count:,} runs",
+            "queue_page": f"the queue of {n:,} waiting tickets",
         }[key]
         target = Target("<", TARGET_MS, f"< {TARGET_MS:.0f} ms")
         section.add(

@@ -164,7 +164,7 @@ def verdict(record: RunRecord) -> str:
     back = f"; {way_back(record)}" if record.exit_code == ExitCode.CRASHED else ""
     return (
         f"run {record.run_id}: {code}, {meaning}{why}; {plural(len(record.tickets), 'ticket')}"
-        f"{': ' + counts if counts else ''}; ${cost:.4f}{back}\n"
+        f"{': ' + counts if counts else ''}; {report.usd(cost)}{back}\n"
     )
 
 

@@ -33,14 +33,10 @@ def _by(by: str | None) -> str:
 
 
 def _age(seconds: float) -> str:
-    """An age a person reads at a glance: 45 s, 12 min, 3.5 h, 2.1 d."""
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    if seconds < 90 * 60:
-        return f"{seconds / 60:.0f} min"
-    if seconds < 48 * 3600:
-        return f"{seconds / 3600:.1f} h"
-    return f"{seconds / 86400:.1f} d"
+    """An age a person reads at a glance: 45 s, 12 min, 3.5 h, 2.1 d (the web's too)."""
+    from orchestrator.people.queue import age_words
+
+    return age_words(seconds)
 
 
 @click.command("queue", epilog=QUEUE_NOTES)

@@ -113,8 +113,10 @@ class Tally:
     @property
     def spend(self) -> str:
         """`$0.0123`, or `$0.0123 of $0.0500` against the run's budget."""
-        spent = f"${self.cost_usd:.4f}"
-        return spent if self.run_budget_usd is None else f"{spent} of ${self.run_budget_usd:.4f}"
+        from orchestrator.steps.report import usd
+
+        spent = usd(self.cost_usd)
+        return spent if self.run_budget_usd is None else f"{spent} of {usd(self.run_budget_usd)}"
 
     def add(self, event: dict[str, Any]) -> None:
         """Count one trace event."""

@@ -16,7 +16,7 @@ from orchestrator.run.store import RunStore
 def would_run_again(store: RunStore, tickets: list[str]) -> dict[str, list[str]]:
     """For each of `tickets` that did something a new run would do again: what, in words."""
     found: dict[str, list[str]] = {}
-    writes = _writes(store)
+    writes = recorded(store)
     for ticket_id in tickets:
         said = [f"its tool wrote: {w}" for w in writes.get(ticket_id, [])]
         try:
@@ -33,8 +33,8 @@ def would_run_again(store: RunStore, tickets: list[str]) -> dict[str, list[str]]
     return found
 
 
-def _writes(store: RunStore) -> dict[str, list[str]]:
-    """The run's recorded effects (actions.jsonl), by ticket, in words."""
+def recorded(store: RunStore) -> dict[str, list[str]]:
+    """The run's recorded effects (actions.jsonl), by ticket, in words (amounts as money)."""
     by_ticket: dict[str, list[str]] = {}
     try:
         lines = store.actions_path.read_text(encoding="utf-8").splitlines()
@@ -47,7 +47,9 @@ def _writes(store: RunStore) -> dict[str, list[str]]:
             continue
         if not isinstance(effect, dict) or not effect.get("ticket"):
             continue
-        fields = {k: v for k, v in effect.items() if k not in ("action", "ticket", "call_id")}
+        # The idempotency key is the ledger's, not what a person needs to see of a write.
+        hidden = ("action", "ticket", "call_id", "key")
+        fields = {k: v for k, v in effect.items() if k not in hidden}
         shown = f"{effect.get('action', 'write')} ({money.words(fields)})"
         by_ticket.setdefault(str(effect["ticket"]), []).append(shown)
     return by_ticket

@@ -7,6 +7,7 @@ import json
 import os
 import re
 from collections.abc import Iterable, Mapping
+from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
 from orchestrator.config.workspace import DEMO_SCENARIOS
@@ -87,8 +88,12 @@ def _node_status(record: RunRecord, node: NodeRecord) -> str:
 
 
 def usd(amount: float, estimated: int = 0) -> str:
-    """Dollars to the hundredth of a cent, with `~` when some usage was our own count."""
-    return f"{'~' if estimated else ''}${amount:.4f}"
+    """Dollars to the hundredth of a cent, half up, with `~` when some usage was our own
+    count. Every place that shows a cost (report, console, web) rounds here: the same sum
+    added in another order differs in its last float bits, and `:.4f` on a value at a
+    half (0.01675) then gives 0.0167 in one place and 0.0168 in another."""
+    shown = Decimal(repr(round(amount, 9))).quantize(Decimal("0.0001"), rounding=ROUND_HALF_UP)
+    return f"{'~' if estimated else ''}${shown + 0}"  # + 0: never a "-0.0000"
 
 
 def _estimated_note(estimated: int) -> str:

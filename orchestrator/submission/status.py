@@ -271,7 +271,7 @@ def runs_table(rows: list[RunRow]) -> str:
 
 
 def _spent(row: RunRow) -> str:
-    spent = f"${row.cost_usd:.4f}"
+    spent = report.usd(row.cost_usd)
     return spent if row.budget_usd is None else f"{spent} of ${row.budget_usd:.2f}"
 
 

@@ -1,13 +1,21 @@
 """The web view's application: pages for the runs, a run and a ticket, /metrics, and the
-operator's actions (approve, reject, cancel, requeue) as POSTs calling the CLI's own code.
+operator's actions (approve, reject, cancel, requeue) as POSTs calling the CLI's own code;
+the queue of what waits for a person and its actions are people.py's.
 
     GET  /                                       runs, newest first (filter, pages)
+    GET  /queue                                  what waits for a person, across runs
     GET  /runs/<run>                             a run: steps, counts, tickets (live)
     GET  /runs/<run>/tickets/<ticket>            a ticket's whole story
     GET  /metrics                                Prometheus text
     POST /runs/<run>/cancel                      ticketgraph cancel
-    POST /runs/<run>/requeue                     ticketgraph requeue
+    POST /runs/<run>/requeue                     ticketgraph requeue (asks first when a
+                                                 ticket would set something in motion again)
     POST /runs/<run>/tickets/<ticket>/decide     ticketgraph approve / reject
+
+A mistake in a form shows its page again with what was typed and what to do; a form whose
+CSRF token went stale (the server restarted) is shown again, to be sent once more. No
+response names a path of the server: what the CLI's code says is made relative to the
+workspace first.
 
 Every id from a URL passes the id rules (run/ids.py) before a path is built from it. Pages
 are Jinja2 templates with autoescaping on: ticket text, replies and tool output are customer
@@ -17,13 +25,12 @@ its live fragment.
 
 from __future__ import annotations
 
-import math
 import secrets
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlencode
+from urllib.parse import parse_qs
 
 import jinja2
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -38,15 +45,15 @@ from starlette.templating import Jinja2Templates
 
 from orchestrator.config.workspace import Workspace
 from orchestrator.errors import GraphError, RunStateError, UsageError
+from orchestrator.people import effects, money, queue, stops
 from orchestrator.run import ids, store
 from orchestrator.steps import report
-from orchestrator.web import login, metrics, story
+from orchestrator.web import forms, login, metrics, paging, story
 from orchestrator.web.catalog import Catalog, RunRow, TicketRow
+from orchestrator.web.people import People
 
 HERE = Path(__file__).parent
 RUNS_PER_PAGE = 50
-TICKETS_PER_PAGE = 100
-MAX_PER_PAGE = 1000
 LIVE_EVERY_S = 1
 TICKET_SORTS = ("id", "category", "handler", "rounds", "stop", "status", "cost")
 CANCEL_WAIT_S = 5.0
@@ -61,10 +68,6 @@ class Settings:
     broker_url: str | None = None
 
 
-class NotFound(Exception):
-    """A run or ticket that is not there (or an id that is not one)."""
-
-
 def application(
     workspace: Path,
     read_only: bool = False,
@@ -77,23 +80,34 @@ def application(
     None: any), so a web page whose name was rebound to this address reads nothing."""
     settings = Settings(workspace.resolve(), read_only or login_ is None, broker_url)
     view = View(settings)
+    people = view.people
     routes = [
         Route("/", view.runs_page),
+        Route("/queue", people.queue_page),
+        Route("/queue/decide", people.decide_many, methods=["POST"]),
         Route("/metrics", view.metrics),
         Route("/runs/{run_id}", view.run_page),
         Route("/runs/{run_id}/tickets/{ticket_id}", view.ticket_page),
         Route("/runs/{run_id}/cancel", view.cancel, methods=["POST"]),
         Route("/runs/{run_id}/requeue", view.requeue, methods=["POST"]),
+        Route("/runs/{run_id}/resume", people.resume, methods=["POST"]),
         Route("/runs/{run_id}/tickets/{ticket_id}/decide", view.decide, methods=["POST"]),
+        Route("/runs/{run_id}/tickets/{ticket_id}/handle", people.handle, methods=["POST"]),
+        Route("/runs/{run_id}/tickets/{ticket_id}/audit", people.audit, methods=["POST"]),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
-    handlers = {NotFound: view.not_found, _Refused: view.refused}
+    handlers = {
+        forms.NotFound: view.not_found,
+        forms.Refused: view.refused,
+        forms.Stale: view.stale,
+    }
     app = Starlette(routes=routes, exception_handlers=handlers)  # type: ignore[arg-type]
+    app.state.view = view  # what a test asks of it (the resumes it started)
     if login_ is not None:
         app.add_middleware(login.BasicAuth, login=login_)
     if hosts is not None:  # outermost but one: a rebound name is refused before the login
         app.add_middleware(TrustedHostMiddleware, allowed_hosts=hosts)
-    app.add_middleware(_Headers)
+    app.add_middleware(forms.Headers)
     return app
 
 
@@ -120,6 +134,7 @@ class View:
         self.templates = Jinja2Templates(env=env)
         self.tokens = login.Tokens()
         self.notes: dict[str, str] = {}  # what an action said, shown once after its redirect
+        self.people = People(self)
 
     # --- pages ---------------------------------------------------------------------------
 
@@ -135,10 +150,12 @@ class View:
             for r in rows
             if chosen["status"] in ("", r.status) and chosen["verdict"] in ("", _shown_verdict(r))
         ]
-        page = _page(query.get("page"), len(shown), RUNS_PER_PAGE)
+        page = paging.page(query.get("page"), len(shown), RUNS_PER_PAGE)
         start = (page.number - 1) * RUNS_PER_PAGE
+        on_page = shown[start : start + RUNS_PER_PAGE]
         context = {
-            "rows": shown[start : start + RUNS_PER_PAGE],
+            "rows": on_page,
+            "handled": {r.run_id: len(self._handled(r.run_id)) for r in on_page},
             "total": len(rows),
             "matching": len(shown),
             "page": page,
@@ -146,20 +163,20 @@ class View:
             "statuses": sorted({r.status for r in rows}),
             "verdicts": sorted({_shown_verdict(r) for r in rows}),
             "live": any(r.live for r in shown[start : start + RUNS_PER_PAGE]),
-            "link": lambda **changed: _link("/", chosen, changed),
+            "link": lambda **changed: paging.link("/", chosen, changed),
             "self_url": str(request.url.path)
             + (f"?{request.url.query}" if request.url.query else ""),
         }
-        return self._render(request, "runs.html", context)
+        return self.render(request, "runs.html", context)
 
     async def run_page(self, request: Request) -> Response:
         return await run_in_threadpool(self._run_page, request)
 
     def _run_page(self, request: Request) -> Response:
-        run_id = _run_id(request)
+        run_id = forms.run_id(request)
         view = self.catalog.view(run_id)
         if view is None:
-            raise NotFound(f"no run {run_id}")
+            raise forms.NotFound(f"no run {run_id}")
         row, meta, tickets = view.row, view.meta, view.tickets
         query = request.query_params
         chosen = {k: query.get(k, "") for k in ("status", "category", "handler", "q")}
@@ -168,8 +185,8 @@ class View:
         shown = _filtered(tickets, chosen)
         if sort != "id" or descending:  # the catalog keeps them by id
             shown.sort(key=_sort_key(sort), reverse=descending)
-        per = _per_page(query.get("per"))
-        page = _page(query.get("page"), len(shown), per)
+        per = paging.per_page(query.get("per"))
+        page = paging.page(query.get("page"), len(shown), per)
         start = (page.number - 1) * per
         state = {**chosen, "sort": sort, "desc": "1" if descending else "", "per": str(per)}
         base = f"/runs/{run_id}"
@@ -189,8 +206,8 @@ class View:
             "handlers": sorted({t.handler for t in tickets}),
             "rejected": meta.get("rejected") or [],
             "live": row.live,
-            "link": lambda **changed: _link(base, state, changed),
-            "sort_link": lambda column: _link(
+            "link": lambda **changed: paging.link(base, state, changed),
+            "sort_link": lambda column: paging.link(
                 base,
                 state,
                 {"sort": column, "desc": "" if sort != column or descending else "1", "page": ""},
@@ -198,23 +215,56 @@ class View:
             "self_url": base + (f"?{request.url.query}" if request.url.query else ""),
             "live_every_s": LIVE_EVERY_S,
             "per": per,
+            "explain": stops.explained,
+            "resume": self.people.resumes.of(run_id),
+            "waits": self._waits(run_id, row),
+            "handled": self._handled(run_id),
         }
-        return self._render(request, "run.html", context)
+        return self.render(request, "run.html", context)
+
+    def _handled(self, run_id: str) -> set[str]:
+        """The run's tickets a person handled (names in handled/: nothing parsed)."""
+        from orchestrator.run import verdicts
+
+        return verdicts.tickets_with(
+            store.RunStore(self.settings.workspace / "runs" / run_id), verdicts.HANDLED
+        )
+
+    def _waits(self, run_id: str, row: RunRow) -> dict[str, int]:
+        """What of the run waits for a person (people/queue.py's counts, and `decided`:
+        calls a person decided that wait for resume); nothing while the run is live."""
+        if row.live:
+            return {}
+        found = self.people.waiting.items(run_id)
+        return queue.counts(found) | {"decided": sum(i.state == "decided" for i in found)}
 
     async def ticket_page(self, request: Request) -> Response:
-        return await run_in_threadpool(self._ticket_page, request)
+        return await run_in_threadpool(self.ticket_page_of, request)
 
-    def _ticket_page(self, request: Request) -> Response:
-        run_id, ticket_id = _run_id(request), _ticket_id(request)
+    def ticket_page_of(
+        self, request: Request, extra: dict[str, Any] | None = None, status: int = 200
+    ) -> Response:
+        """A ticket's page (with `extra`: a form's error and what was typed, shown again)."""
+        run_id, ticket_id = forms.run_id(request), forms.ticket_id(request)
         run_store = self._store(run_id)
         try:
             told = story.read(run_store, self.settings.workspace, ticket_id)
-        except RunStateError as exc:
-            raise NotFound(str(exc)) from None
+        except RunStateError:
+            raise forms.NotFound(f"run {run_id} has no ticket {ticket_id}") from None
         row = self.catalog.run(run_id)
-        context = {"run": row, "story": told, "record": told.record}
+        context = {
+            "run": row,
+            "story": told,
+            "record": told.record,
+            "explain": stops.explained,
+            "money": money.words,
+            "again": effects.would_run_again(run_store, [ticket_id]).get(ticket_id, []),
+            "error": None,
+            "typed": {},
+            "resume": self.people.resumes.of(run_id),
+        }
         context["writes"] = _writes(self.settings.workspace, run_store, ticket_id)
-        return self._render(request, "ticket.html", context)
+        return self.render(request, "ticket.html", context | (extra or {}), status)
 
     async def metrics(self, request: Request) -> Response:
         body = await run_in_threadpool(lambda: generate_latest(metrics.registry(self.catalog.runs)))
@@ -223,8 +273,8 @@ class View:
     # --- actions -------------------------------------------------------------------------
 
     async def cancel(self, request: Request) -> Response:
-        run_id = _run_id(request)
-        form = await self._form(request)
+        run_id = forms.run_id(request)
+        form = await self.form(request)
 
         def act() -> str:
             from orchestrator.submission import decisions
@@ -233,40 +283,78 @@ class View:
                 Workspace(self.settings.workspace),
                 run_id,
                 [],
-                _by(request),
+                forms.by(request),
                 form.get("reason", ""),
                 self.settings.broker_url,
                 CANCEL_WAIT_S,
             )
 
-        return await self._act(request, f"/runs/{run_id}", act)
+        return await self.act(request, f"/runs/{run_id}", act)
 
     async def requeue(self, request: Request) -> Response:
-        run_id = _run_id(request)
-        form = await self._form(request)
+        """Put ticket files back in inbox/; when a ticket would set something in motion
+        again (a write its tools made, a call waiting for a decision), first a page that
+        names each and asks (`confirmed` then forces it)."""
+        run_id = forms.run_id(request)
+        form = await self.form(request)
         tickets = [t for t in form.getlist("ticket") if t]
         if bad := [t for t in tickets if not ids.is_ticket_id(t)]:
-            raise _Refused(400, f"400: {bad[0]!r} is not a ticket id")
+            raise forms.Refused(400, f"400: {bad[0]!r} is not a ticket id")
+        back = form.get("back") if form.get("back", "").startswith(f"/runs/{run_id}") else ""
+        confirmed = form.get("confirmed") == "1"
+        if not confirmed:
+            asked = await run_in_threadpool(self._requeue_asks, request, run_id, tickets, back)
+            if asked is not None:
+                return asked
 
         def act() -> str:
             from orchestrator.submission import decisions
 
             moved = decisions.requeue(
-                Workspace(self.settings.workspace), run_id, tickets, _by(request)
+                Workspace(self.settings.workspace),
+                run_id,
+                tickets,
+                forms.by(request),
+                force=confirmed,
             )
             return moved or "nothing to requeue (no claimed file left)\n"
 
-        return await self._act(request, f"/runs/{run_id}", act)
+        return await self.act(request, back or f"/runs/{run_id}", act)
+
+    def _requeue_asks(
+        self, request: Request, run_id: str, tickets: list[str], back: str
+    ) -> Response | None:
+        """The page that asks before a requeue that would run something again (None: it
+        would not, so nothing is asked)."""
+        from orchestrator.submission.decisions import _fates
+
+        run_store = self._store(run_id)
+        chosen = tickets or run_store.ticket_ids()
+        again = effects.would_run_again(run_store, chosen)
+        if not again:
+            return None
+        context = {
+            "run_id": run_id,
+            "tickets": tickets,
+            "again": sorted(again.items()),
+            "fates": _fates(Workspace(self.settings.workspace), run_store, sorted(again)),
+            "back": back or f"/runs/{run_id}",
+        }
+        return self.render(request, "confirm_requeue.html", context)
 
     async def decide(self, request: Request) -> Response:
-        run_id, ticket_id = _run_id(request), _ticket_id(request)
-        form = await self._form(request)
+        run_id, ticket_id = forms.run_id(request), forms.ticket_id(request)
+        form = await self.form(request)
         approved = form.get("decision") == "approve"
-        if form.get("decision") not in ("approve", "reject"):
-            return PlainTextResponse("400: decision must be approve or reject\n", 400)
         reason = form.get("reason", "")
-        if not approved and not reason.strip():
-            return PlainTextResponse("400: a rejection needs a reason (the model reads it)\n", 400)
+        problem = None
+        if form.get("decision") not in ("approve", "reject"):
+            problem = "choose approve or reject"
+        elif not approved and not reason.strip():
+            problem = "a rejection needs a reason (the model reads it): write one and reject again"
+        if problem is not None:
+            extra = {"error": problem, "typed": {"reason": reason, "call": form.get("call_id")}}
+            return await run_in_threadpool(self.ticket_page_of, request, extra, 400)
 
         def act() -> str:
             from orchestrator.submission import decisions
@@ -277,47 +365,63 @@ class View:
                 ticket_id,
                 form.get("call_id") or None,
                 approved,
-                _by(request),
+                forms.by(request),
                 reason,
             )
 
-        return await self._act(request, f"/runs/{run_id}/tickets/{ticket_id}", act)
+        return await self.act(request, f"/runs/{run_id}/tickets/{ticket_id}", act)
 
-    async def _form(self, request: Request) -> _Form:
+    async def form(self, request: Request) -> forms.Form:
         """The POST's form, once the request may act: the login, read-write, the same
-        origin and the CSRF token; `_Refused` otherwise."""
+        origin and the CSRF token; `forms.Refused` otherwise (`forms.Stale` for a token of another
+        server process: the form is shown again to be sent once more)."""
         if self.settings.read_only:
-            raise _Refused(403, "403: this web view is read-only (started with --no-auth)")
+            raise forms.Refused(403, "403: this web view is read-only (started with --no-auth)")
         if not login.same_origin(request.headers):
-            raise _Refused(403, "403: the form was sent from another site")
+            raise forms.Refused(403, "403: the form was sent from another site")
         body = (await request.body()).decode("utf-8", errors="replace")
-        form = _Form(parse_qs(body, keep_blank_values=True))
+        form = forms.Form(parse_qs(body, keep_blank_values=True))
         if not self.tokens.valid(request.scope.get("user_name", ""), form.get("csrf")):
-            raise _Refused(403, "403: the form's CSRF token is missing or stale; reload the page")
+            if request.scope.get("user_name") and form.get("csrf"):
+                raise forms.Stale(form)
+            raise forms.Refused(403, "403: the form's CSRF token is missing; reload the page")
         return form
 
-    async def _act(self, request: Request, back: str, act: Any) -> Response:
+    async def act(self, request: Request, back: str, act: Any) -> Response:
+        """Do `act` (the CLI's code), then back to `back` with what it said."""
         try:
             said = await run_in_threadpool(act)
         except GraphError as exc:
             said = f"refused: {exc}\n"
         except OSError as exc:
             said = f"failed: {exc}\n"
+        return self.redirect_with(request, back, said)
+
+    def redirect_with(self, request: Request, back: str, said: str) -> Response:
+        """A redirect to `back` that shows `said` once (made relative to the workspace)."""
         note = secrets.token_urlsafe(8)
-        self.notes[note] = said
+        self.notes[note] = self.public(said)
         while len(self.notes) > 100:
             self.notes.pop(next(iter(self.notes)))
         return RedirectResponse(f"{back}?note={note}", status_code=303)
+
+    def public(self, text: str) -> str:
+        """`text` with the server's paths made relative to the workspace (`runs/...`)."""
+        root = str(self.settings.workspace)
+        return text.replace(root + "/", "").replace(root, ".")
 
     # --- helpers -------------------------------------------------------------------------
 
     def _store(self, run_id: str) -> store.RunStore:
         try:
             return store.find(Workspace(self.settings.workspace), run_id)
-        except UsageError as exc:
-            raise NotFound(str(exc)) from None
+        except UsageError:
+            raise forms.NotFound(f"no run {run_id} in this workspace") from None
 
-    def _render(self, request: Request, name: str, context: dict[str, Any]) -> Response:
+    def render(
+        self, request: Request, name: str, context: dict[str, Any], status: int = 200
+    ) -> Response:
+        """A page (or, asked by htmx, its live fragment) from template `name`."""
         fragment = request.headers.get("hx-request") == "true"
         user = request.scope.get("user_name")
         context |= {
@@ -329,97 +433,29 @@ class View:
             if fragment
             else self.notes.pop(request.query_params.get("note", ""), None),
         }
-        response = self.templates.TemplateResponse(request, name, context)
+        response = self.templates.TemplateResponse(request, name, context, status_code=status)
         response.headers["Vary"] = "HX-Request"  # the page and its live fragment share a URL
         response.headers["Cache-Control"] = "no-store"
         return response
 
     async def not_found(self, request: Request, exc: Exception) -> Response:
-        return PlainTextResponse(f"404: {exc}\n", status_code=404)
+        said = self.public(str(exc))
+        if request.method != "GET":
+            return PlainTextResponse(f"404: {said}\n", status_code=404)
+        context = {"status": 404, "said": said}
+        return self.render(request, "error.html", context, 404)
 
     async def refused(self, request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, _Refused)
-        return PlainTextResponse(f"{exc.text}\n", status_code=exc.status)
+        assert isinstance(exc, forms.Refused)
+        return PlainTextResponse(f"{self.public(exc.text)}\n", status_code=exc.status)
 
-
-class _Headers:
-    """ASGI middleware: every response refuses to be framed by another page (a framed form
-    would carry this site's token and login) and to be sniffed as another type."""
-
-    HEADERS = (
-        (b"content-security-policy", b"frame-ancestors 'none'"),
-        (b"x-frame-options", b"DENY"),
-        (b"x-content-type-options", b"nosniff"),
-        (b"referrer-policy", b"same-origin"),
-    )
-
-    def __init__(self, app: Any) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        async def with_headers(message: Any) -> None:
-            if message["type"] == "http.response.start":
-                message.setdefault("headers", [])
-                message["headers"] = [*message["headers"], *self.HEADERS]
-            await send(message)
-
-        await self.app(scope, receive, with_headers if scope["type"] == "http" else send)
-
-
-class _Refused(Exception):
-    def __init__(self, status: int, text: str) -> None:
-        super().__init__(text)
-        self.status, self.text = status, text
-
-
-class _Form:
-    """A urlencoded form (every action's body)."""
-
-    def __init__(self, fields: dict[str, list[str]]) -> None:
-        self.fields = fields
-
-    def get(self, name: str, default: str = "") -> str:
-        values = self.fields.get(name)
-        return values[0] if values else default
-
-    def getlist(self, name: str) -> list[str]:
-        return self.fields.get(name, [])
-
-
-@dataclass(frozen=True)
-class _Page:
-    number: int
-    count: int
-
-    @property
-    def previous(self) -> int | None:
-        return self.number - 1 if self.number > 1 else None
-
-    @property
-    def next(self) -> int | None:
-        return self.number + 1 if self.number < self.count else None
-
-
-def _page(asked: str | None, items: int, per: int) -> _Page:
-    count = max(1, math.ceil(items / per))
-    try:
-        number = int(asked or 1)
-    except ValueError:
-        number = 1
-    return _Page(min(max(number, 1), count), count)
-
-
-def _per_page(asked: str | None) -> int:
-    try:
-        return min(max(int(asked or TICKETS_PER_PAGE), 1), MAX_PER_PAGE)
-    except ValueError:
-        return TICKETS_PER_PAGE
-
-
-def _link(base: str, state: dict[str, str], changed: dict[str, Any]) -> str:
-    merged = {**state, **{k: "" if v is None else str(v) for k, v in changed.items()}}
-    query = urlencode({k: v for k, v in merged.items() if v not in ("", None)})
-    return f"{base}?{query}" if query else base
+    async def stale(self, request: Request, exc: Exception) -> Response:
+        """A form whose token this server did not make (it restarted since the page was
+        loaded): nothing was done; the same form, with what was typed, to send again."""
+        assert isinstance(exc, forms.Stale)
+        fields = [(k, v) for k, values in exc.form.fields.items() if k != "csrf" for v in values]
+        context = {"action": request.url.path, "fields": fields, "status": 403}
+        return self.render(request, "resend.html", context, 403)
 
 
 def _filtered(tickets: list[TicketRow], chosen: dict[str, str]) -> list[TicketRow]:
@@ -454,33 +490,17 @@ def _nodes(
         node = nodes[name]
         status = node.get("status", "running")
         ms = node.get("ms", 0)
+        counted = {}
         if status != "ok" and node.get("started"):
             if live:
                 ms = round((time.time() - node["started"]) * 1000)
+                # A step's record counts its calls when it ends; until then its row shows
+                # none rather than a 0 the summary (tickets' records) already contradicts.
+                counted = {"calls": None, "tokens": None, "cost_usd": None}
             else:
                 status = "crashed" if meta.get("status") == "crashed" else "stopped"
-        rows.append({**node, "name": name, "status": status, "ms": ms})
+        rows.append({**node, "name": name, "status": status, "ms": ms, **counted})
     return rows
-
-
-def _run_id(request: Request) -> str:
-    value = request.path_params["run_id"]
-    try:
-        return ids.run(value)
-    except RunStateError:
-        raise NotFound(f"{value!r} is not a run id") from None
-
-
-def _ticket_id(request: Request) -> str:
-    value = request.path_params["ticket_id"]
-    if not ids.is_ticket_id(value):
-        raise NotFound(f"{value!r} is not a ticket id")
-    return value
-
-
-def _by(request: Request) -> str:
-    """Who acts: the login's user name, marked as the web view's."""
-    return f"{request.scope.get('user_name', 'unknown')} (web)"
 
 
 def _writes(workspace: Path, run_store: store.RunStore, ticket_id: str) -> list[tuple[Any, str]]:

@@ -1,21 +1,27 @@
 """One ticket's whole story, for its page: what it said, how it was routed, every agent run
 (each turn's tokens and cost, each tool call's arguments, result and duration, the stop
-reason), every gate round's report, the reply in out/, and the decisions made on it.
+reason), every gate round's report, the run's own reply (and whether out/ changed since),
+the decisions made on it (a person's and the policy's), the writes its tools recorded, a
+person's handling or audit, and the other runs that handled the same ticket id.
 
 Read from the run folder, the same files as `status` and the report: the ticket's record,
 its text under tickets/, its agents' states under agents/, approvals/ and decisions/, the
-cancels, and the run's trace (the lines that name the ticket).
+cancels, actions.jsonl, handled/ and audits/, and the run's trace (the lines that name the
+ticket). Never out/ for the run's reply: a later run, or a person, may have replaced it.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from orchestrator.config.workspace import Workspace
+from orchestrator.people import effects, reply
 from orchestrator.run import approvals, cancels, ids
+from orchestrator.run import verdicts as kept
 from orchestrator.run.records import Cancel, TicketRecord
 from orchestrator.run.store import ROUTER, RunStore
 from workers.state import RunState
@@ -78,6 +84,9 @@ class DecisionView:
     decision: approvals.Decision | None
     open: bool = False  # a person can decide it now
     note: str | None = None  # why it cannot be decided, or a decision file that does not count
+    age_s: float = 0.0  # since it was asked
+    expires_at: str = ""  # when it expires undecided ([approvals] expire_h after asked)
+    rule: str | None = None  # what made it wait: the worker's approval rule for the tool
 
 
 @dataclass
@@ -94,6 +103,14 @@ class Story:
     agents: list[AgentView]
     decisions: list[DecisionView]
     cancel: Cancel | None
+    policy: list[approvals.Decision] = field(default_factory=list)  # made by the policy
+    actions: list[str] = field(default_factory=list)  # the writes its tools recorded, in words
+    out_changed: bool = False  # out/<ticket>.txt no longer holds the run's reply
+    out_now: str | None = None  # what it holds instead (None: it holds the run's, or nothing)
+    source_moved: bool = False  # the ticket's file is no longer where the run put it
+    handled: kept.PersonVerdict | None = None
+    audited: kept.PersonVerdict | None = None
+    other_runs: list[str] = field(default_factory=list)  # runs with a record of this ticket id
 
 
 def read(store: RunStore, workspace: Path, ticket_id: str) -> Story:
@@ -101,18 +118,26 @@ def read(store: RunStore, workspace: Path, ticket_id: str) -> Story:
     ids.ticket(ticket_id)
     record = store.ticket(ticket_id)
     events = trace_of(store.trace_path, ticket_id)
-    reply_file, reply = _reply(store, workspace, ticket_id, record)
+    reply_file, own, now = _reply(store, workspace, ticket_id, record)
     return Story(
         ticket_id=ticket_id,
         record=record,
         text=_text(store.ticket_path(ticket_id)),
-        reply=reply,
+        reply=own,
         reply_file=reply_file,
         routed=next((e for e in events if e.get("event") == "routed"), None),
         gate=_gate(record, events),
         agents=_agents(store, ticket_id, events),
         decisions=_decisions(store, ticket_id),
         cancel=cancels.of(store.dir, ticket_id),
+        policy=_policy(store, ticket_id),
+        actions=effects.recorded(store).get(ticket_id, []),
+        out_changed=now is not None,
+        out_now=now or None,
+        source_moved=not (workspace / record.source).exists(),
+        handled=kept.read(store, kept.HANDLED, ticket_id),
+        audited=kept.read(store, kept.AUDITS, ticket_id),
+        other_runs=_other_runs(workspace, store.run_id, ticket_id),
     )
 
 
@@ -142,17 +167,39 @@ def _text(path: Path) -> str | None:
 
 def _reply(
     store: RunStore, workspace: Path, ticket_id: str, record: TicketRecord
-) -> tuple[str | None, str | None]:
-    """The published reply (out/), or the draft merge has not published yet."""
-    if record.file is not None:
-        text = _text(ids.out_file(Workspace(workspace), ticket_id))
-        if text is not None:
-            return record.file, text
-    draft = store.draft_path(ticket_id)
-    text = _text(draft)
-    if text is None:
-        return None, None
-    return f"runs/{store.run_id}/drafts/{draft.name} (not published yet)", text
+) -> tuple[str | None, str | None, str | None]:
+    """The run's own reply (its last rewrite's, or its draft), where it was published, and
+    what out/ holds instead when it changed since (a later run's reply, or a person's; ''
+    when the file is gone), else None."""
+    own = reply.final_text(store, ticket_id, record)
+    if own is None:
+        return None, None, None
+    if record.file is None:
+        return f"runs/{store.run_id} (not published by the run)", own[:MAX_TEXT], None
+    published = _text(ids.out_file(Workspace(workspace), ticket_id))
+    if published is not None and published.strip() == own:
+        return record.file, own[:MAX_TEXT], None
+    return record.file, own[:MAX_TEXT], published or ""
+
+
+def _policy(store: RunStore, ticket_id: str) -> list[approvals.Decision]:
+    """The decisions on the ticket's calls that the approval policy made by itself (no
+    person was asked, so no request file goes with them)."""
+    found = []
+    for path in sorted((store.dir / approvals.DECISIONS).glob(f"{ticket_id}.*.json")):
+        try:
+            made = approvals.Decision.model_validate_json(path.read_bytes())
+        except (OSError, ValueError):
+            continue
+        if made.ticket == ticket_id and made.by == approvals.POLICY:
+            found.append(made)
+    return sorted(found, key=lambda d: d.at)
+
+
+def _other_runs(workspace: Path, run_id: str, ticket_id: str) -> list[str]:
+    """Every other run of the workspace that has a record of this ticket id, oldest first."""
+    records = (workspace / "runs").glob(f"run-*/records/{ticket_id}.json")
+    return sorted(p.parent.parent.name for p in records if p.parent.parent.name != run_id)
 
 
 def _gate(record: TicketRecord, events: list[dict[str, Any]]) -> list[GateRound]:
@@ -248,11 +295,19 @@ def _decisions(store: RunStore, ticket_id: str) -> list[DecisionView]:
     """Every call of the ticket that asked for a person, with the decision that counts if
     one was made, and whether a person can decide it now (and if not, why not)."""
     open_calls = {s.request.call_id for s in approvals.waiting_of(store, ticket_id)}
-    expire = approvals.expire_s(store.meta().config)
+    config = store.meta().config
+    expire = approvals.expire_s(config)
+    worker = config.workers.get(store.record(ticket_id).category or "")
     views = []
     for asked in approvals.requests_of(store, ticket_id):
         found = approvals.standing(store, asked, expire)
-        views.append(DecisionView(asked, found.decided, asked.call_id in open_calls, _note(found)))
+        view = DecisionView(asked, found.decided, asked.call_id in open_calls, _note(found))
+        view.age_s = approvals.age_s(asked)
+        asked_at = datetime.fromisoformat(asked.asked_at.replace("Z", "+00:00"))
+        expires = asked_at + timedelta(seconds=expire)
+        view.expires_at = expires.isoformat(timespec="seconds").replace("+00:00", " UTC")
+        view.rule = worker.approval.get(asked.tool) if worker is not None else None
+        views.append(view)
     return sorted(views, key=lambda v: v.request.asked_at)
 
 
