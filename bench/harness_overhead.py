@@ -29,7 +29,7 @@ from workers.cancel import CancelToken
 from workers.model.client import ModelClient, ModelReply, RequestParams
 from workers.model.gate import OnWait
 from workers.settings import HarnessSettings
-from workers.state import Message, RunStatus, new_run
+from workers.state import AgentStatus, Message, new_run
 
 VARIANTS = {"in_memory": False, "persisted": True}
 WARM_UP_TURNS = 30
@@ -73,7 +73,7 @@ def measure(url: str, turns: int, persisted: bool, root: Path) -> list[float]:
             started = time.perf_counter()
             state = loop.run(state, h)
             wall_ms = (time.perf_counter() - started) * 1000
-            if state.status is not RunStatus.COMPLETED:
+            if state.status is not AgentStatus.COMPLETED:
                 raise RuntimeError(f"plan run ended {state.status}: {state.error}")
             per_turn.append((wall_ms - client.service_ms) / state.turns)
             done += state.turns

@@ -16,7 +16,7 @@ from workers.cancel import CancelToken
 from workers.model.client import ModelClient
 from workers.provider import running_provider
 from workers.settings import HarnessSettings
-from workers.state import RunState, RunStatus, approve, new_run, reject
+from workers.state import AgentStatus, RunState, approve, new_run, reject
 from workers.subagent import research_tool
 from workers.tools import Catalog
 from workers.trace import Tracer
@@ -47,7 +47,7 @@ TASKS = {
 }
 DEFAULT_TASK = "Which file mentions a timeout?"
 CHILD_CAPS = loop.Caps(max_turns=6, budget_usd=0.05)
-EXIT_CODES = {RunStatus.COMPLETED: 0, RunStatus.FAILED: 1}
+EXIT_CODES = {AgentStatus.COMPLETED: 0, AgentStatus.FAILED: 1}
 
 
 @dataclass

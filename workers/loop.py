@@ -26,10 +26,10 @@ from workers.model import textcalls
 from workers.model.client import ModelClient, ModelReply, RequestParams
 from workers.pricing import Price, cost
 from workers.state import (
+    AgentStatus,
     Interruption,
     Message,
     RunState,
-    RunStatus,
     ToolCall,
     distinct_ids,
     pending,
@@ -87,9 +87,9 @@ class Harness:
 
 def run(state: RunState, h: Harness) -> RunState:
     """Drive `state` to one of the five exits; calling it again on a stopped run resumes it."""
-    if state.status in (RunStatus.COMPLETED, RunStatus.FAILED):
+    if state.status in (AgentStatus.COMPLETED, AgentStatus.FAILED):
         return state
-    state.status, state.interruption, state.provider_failed = RunStatus.RUNNING, None, False
+    state.status, state.interruption, state.provider_failed = AgentStatus.RUNNING, None, False
     while True:
         if h.cancel.cancelled:
             return _cancelled(state, h)
@@ -98,20 +98,20 @@ def run(state: RunState, h: Harness) -> RunState:
                 return stopped
             continue
         if (answer := _final_answer(state)) is not None:
-            saved = state.status is RunStatus.COMPLETED  # with its last turn (_record_reply)
+            saved = state.status is AgentStatus.COMPLETED  # with its last turn (_record_reply)
             state.output = answer
-            return _stop(state, h, RunStatus.COMPLETED, save=not saved)
+            return _stop(state, h, AgentStatus.COMPLETED, save=not saved)
         if h.caps.max_turns is not None and state.turns >= h.caps.max_turns:
-            return _stop(state, h, RunStatus.MAX_TURNS_EXCEEDED, Interruption(type="max_turns"))
+            return _stop(state, h, AgentStatus.MAX_TURNS_EXCEEDED, Interruption(type="max_turns"))
         if h.caps.budget_usd is not None and state.cost_usd >= h.caps.budget_usd:
-            return _stop(state, h, RunStatus.BUDGET_EXCEEDED, Interruption(type="max_budget"))
+            return _stop(state, h, AgentStatus.BUDGET_EXCEEDED, Interruption(type="max_budget"))
         h.fence.check()  # a superseded copy must not pay for another turn
         schemas = h.catalog.schemas()
         try:
             hold = _hold(state, h, schemas)
         except OverBudget as exc:
             interruption = Interruption(type="run_budget", reason=str(exc))
-            return _stop(state, h, RunStatus.BUDGET_EXCEEDED, interruption)
+            return _stop(state, h, AgentStatus.BUDGET_EXCEEDED, interruption)
         try:
             reply = h.client.complete(
                 state.model,
@@ -127,7 +127,7 @@ def run(state: RunState, h: Harness) -> RunState:
         except ProviderError as exc:
             _release(h, hold)
             state.retryable, state.provider_failed = exc.retryable, True
-            return _stop(state, h, RunStatus.FAILED, error=str(exc))
+            return _stop(state, h, AgentStatus.FAILED, error=str(exc))
         except BaseException:
             _release(h, hold)
             raise
@@ -137,7 +137,7 @@ def run(state: RunState, h: Harness) -> RunState:
                 error = (
                     f"truncated: the reply was cut off twice (finish_reason {reply.finish_reason})"
                 )
-                return _stop(state, h, RunStatus.FAILED, error=error)
+                return _stop(state, h, AgentStatus.FAILED, error=error)
             state.truncated += 1
             state.messages.append(Message(role="user", content=TRUNCATED_NOTE))
             _save(state, h)
@@ -213,7 +213,7 @@ def _record_reply(state: RunState, h: Harness, reply: ModelReply, hold: Hold | N
     state.messages.append(reply.message)
     if reply.finish_reason not in TRUNCATED and (answer := _final_answer(state)) is not None:
         # The run ends on this turn: one save holds the turn and the exit, not two files.
-        state.status, state.interruption, state.error = RunStatus.COMPLETED, None, None
+        state.status, state.interruption, state.error = AgentStatus.COMPLETED, None, None
         state.output = answer
     _save(state, h)
     h.tracer.emit(
@@ -286,7 +286,7 @@ def _answer(state: RunState, h: Harness, call: ToolCall) -> str:
         interruption = Interruption(
             type="approval", call_id=call.id, tool=name, args=args.model_dump()
         )
-        raise _Stop(_stop(state, h, RunStatus.INTERRUPTED, interruption))
+        raise _Stop(_stop(state, h, AgentStatus.INTERRUPTED, interruption))
     if h.dedupe and tool.read_only and (earlier := _earlier_result(state, call)) is not None:
         h.tracer.emit("tool_result", tool=name, call_id=call.id, ms=0, ok=True, deduped=True)
         return earlier
@@ -409,7 +409,7 @@ def _tool_failed(state: RunState, h: Harness, call: ToolCall, exc: Exception) ->
             )
         )
         raise _Stop(
-            _stop(state, h, RunStatus.FAILED, error=f"{kind} in {call.function.name}: {exc}")
+            _stop(state, h, AgentStatus.FAILED, error=f"{kind} in {call.function.name}: {exc}")
         )
     return "Error" if h.tool_errors is ToolErrors.BARE else f"Error: {exc}"
 
@@ -430,13 +430,13 @@ def _earlier_result(state: RunState, call: ToolCall) -> str | None:
 
 def _cancelled(state: RunState, h: Harness) -> RunState:
     reason = h.cancel.reason or "cancelled"
-    return _stop(state, h, RunStatus.INTERRUPTED, Interruption(type="cancelled", reason=reason))
+    return _stop(state, h, AgentStatus.INTERRUPTED, Interruption(type="cancelled", reason=reason))
 
 
 def _stop(
     state: RunState,
     h: Harness,
-    status: RunStatus,
+    status: AgentStatus,
     interruption: Interruption | None = None,
     error: str | None = None,
     save: bool = True,
@@ -444,7 +444,7 @@ def _stop(
     """Set the exit as data, persist it (unless saved already: `save`), and trace why the
     run stopped."""
     state.status, state.interruption, state.error = status, interruption, error
-    if status is not RunStatus.COMPLETED:  # an answer that came as it was cancelled, say:
+    if status is not AgentStatus.COMPLETED:  # an answer that came as it was cancelled, say:
         state.output = None  # only a completed run has an output (a resume completes it)
     if save:  # a resume finds the same exit again from the transcript
         _save(state, h, durable=False)

@@ -18,8 +18,9 @@ from workers.fence import UNFENCED, Fence
 from workers.usage import RunUsage
 
 
-class RunStatus(StrEnum):
-    """Where a run is: running, or one of its five exits."""
+class AgentStatus(StrEnum):
+    """Where an agent run is (the harness's run of one agent, not the graph's run): running,
+    or one of its five exits."""
 
     RUNNING = "running"
     COMPLETED = "completed"
@@ -81,7 +82,7 @@ class RunState(BaseModel):
     per_turn_prompt_tokens: list[int] = []
     cost_usd: float = 0.0
     tool_runs: int = 0
-    status: RunStatus = RunStatus.RUNNING
+    status: AgentStatus = AgentStatus.RUNNING
     interruption: Interruption | None = None
     approved: list[str] = []
     rejected: dict[str, str] = {}
@@ -145,9 +146,9 @@ def distinct_ids(state: RunState, reply: Message) -> list[tuple[ToolCall, str]]:
 def retry(state: RunState, force: bool = False) -> bool:
     """Make a run that failed for a retryable reason (any failure if `force`) resumable;
     its paid turns are kept. False, and nothing changed, if there is nothing to retry."""
-    if state.status is not RunStatus.FAILED or not (state.retryable or force):
+    if state.status is not AgentStatus.FAILED or not (state.retryable or force):
         return False
-    state.status, state.error, state.retryable = RunStatus.RUNNING, None, False
+    state.status, state.error, state.retryable = AgentStatus.RUNNING, None, False
     return True
 
 

@@ -9,7 +9,7 @@ from dataclasses import replace
 from pydantic import BaseModel, Field
 
 from workers import loop
-from workers.state import RunStatus, new_run
+from workers.state import AgentStatus, new_run
 from workers.tools import Tool, ToolContext
 
 RESEARCH_SYSTEM = (
@@ -36,7 +36,7 @@ def research_tool(child: loop.Harness) -> Tool:
         result = loop.run(state, harness)
         ctx.charge(result.cost_usd)
         ctx.cancel.check()
-        if result.status is RunStatus.COMPLETED:
+        if result.status is AgentStatus.COMPLETED:
             return result.output or ""
         return f"no result: the research sub-agent stopped ({result.status.value})"
 

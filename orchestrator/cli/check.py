@@ -19,7 +19,7 @@ def check(workspace: Workspace, settings: GraphSettings, llm: HarnessSettings) -
     workspace.require().check_folders()
     effective = layers.load(workspace, settings, llm)
     config = layers.run_config(workspace, effective, settings, llm)
-    found = declarations.load(workspace.root, config)
+    found = declarations.load(workspace, config)
     model = endpoint.require(workspace, settings, llm)
     agent.role_of(config, "router")  # the router's settings resolve
     routing = prompts.ROUTER.format(categories=agent.categories_text(config))

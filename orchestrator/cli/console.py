@@ -21,8 +21,8 @@ from orchestrator.run.outline import DRAFT
 from orchestrator.run.records import (
     Cancel,
     RunMeta,
-    RunPhase,
     RunRecord,
+    RunStatus,
 )
 from orchestrator.run.store import RunStore
 from orchestrator.steps import report
@@ -110,7 +110,7 @@ class Follower:
             budget = store.meta().config.run_budget_usd
             plan, tickets = tasks.registered(), len(store.ticket_ids())
             self.tally = tally = Tally(
-                tickets, plan.nodes, plan[DRAFT.name].node, budget_usd=budget
+                tickets, plan.nodes, plan[DRAFT.name].node, run_budget_usd=budget
             )
             if mode == "live":
                 from orchestrator.cli.live import LiveView
@@ -181,9 +181,9 @@ def way_back(run: RunMeta | RunStore) -> str:
 
 def outcome(store: RunStore, record: RunRecord) -> str:
     """The report, the stop notice, or the crash, whichever ended the run."""
-    if record.status is RunPhase.DONE and store.report_path.exists():
+    if record.status is RunStatus.DONE and store.report_path.exists():
         return _from_here(store.report_path.read_text(encoding="utf-8"), record)
-    if record.status is RunPhase.STOPPED:
+    if record.status is RunStatus.STOPPED:
         stop = record.config.stop_after
         why = record.error or (f"stopped after {stop}" if stop else "stopped early")
         counts = Counter(t.status.value for t in record.tickets.values())
@@ -192,12 +192,12 @@ def outcome(store: RunStore, record: RunRecord) -> str:
             f"[stop] {why}: {where}; no verdict in this run.\n"
             f"Resume with: {resume_command(record)}\n"
         )
-    if record.status is RunPhase.RUNNING:
+    if record.status is RunStatus.RUNNING:
         return (
             f"[wait] stopped waiting; run {record.run_id} goes on in the workers. "
             f"Its state: {_here(record)}/runs/{record.run_id}/run-state.json\n"
         )
-    if record.status is RunPhase.CRASHED:
+    if record.status is RunStatus.CRASHED:
         return ""  # the verdict line says it, with the error: one sentence, not two
     return (
         f"run {record.run_id}: {record.status.value}"
@@ -273,14 +273,14 @@ def ended_record(store: RunStore) -> RunRecord:
     run that stopped or was cut off may have tickets still finishing), and a stopped or
     crashed run counted again with what they recorded since (run/totals.py)."""
     meta = store.meta()
-    if meta.status is RunPhase.DONE:
+    if meta.status is RunStatus.DONE:
         try:
             record = store.materialised()
         except RunStateError:
             record = None
         if record is not None and record.updated_at == meta.updated_at:
             return record
-    if meta.status in (RunPhase.STOPPED, RunPhase.CRASHED):
+    if meta.status in (RunStatus.STOPPED, RunStatus.CRASHED):
         totals.recount(store)  # and materialised
     else:
         store.materialise()

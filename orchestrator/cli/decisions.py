@@ -4,7 +4,7 @@ inbox/). The work is orchestrator/submission/decisions.py's; this module parses 
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -20,21 +20,23 @@ from orchestrator.cli.options import (
 )
 from orchestrator.exit_codes import ExitCode
 
+if TYPE_CHECKING:
+    from orchestrator.config.workspace import Workspace
+
 
 @click.command()
 @workspace_option
 @json_option("Print a JSON list.")
-def pending(workspace: Path, as_json: bool) -> int:
+def pending(workspace: Workspace, as_json: bool) -> int:
     """List the tool calls that wait for a person's decision, in every run.
 
     Every call a worker stopped for (its tool's approval policy wants a person): the run,
     the ticket, the tool, its arguments, how long it has waited, and the commands that
     decide it.
     """
-    from orchestrator.config.workspace import Workspace
     from orchestrator.submission import decisions
 
-    print(decisions.pending_text(Workspace(workspace).require().root, as_json), end="")
+    print(decisions.pending_text(workspace.require(), as_json), end="")
     return ExitCode.ALL_PASS
 
 
@@ -49,7 +51,9 @@ def _decision_options(f: F) -> F:
 
 @click.command()
 @_decision_options
-def approve(run_id: str, ticket: str, workspace: Path, call_id: str | None, by: str | None) -> int:
+def approve(
+    run_id: str, ticket: str, workspace: Workspace, call_id: str | None, by: str | None
+) -> int:
     """Approve the call TICKET of RUN_ID waits with (it runs, once, on `resume`).
 
     The decision is recorded in the run folder at once, from any machine that sees the
@@ -69,7 +73,7 @@ def approve(run_id: str, ticket: str, workspace: Path, call_id: str | None, by: 
 @_decision_options
 @reason_option("Why: the worker's model reads it.", required=True)
 def reject(
-    run_id: str, ticket: str, workspace: Path, call_id: str | None, by: str | None, reason: str
+    run_id: str, ticket: str, workspace: Workspace, call_id: str | None, by: str | None, reason: str
 ) -> int:
     """Reject the call TICKET of RUN_ID waits with (it never runs; the model is told why).
 
@@ -102,7 +106,7 @@ def reject(
 @renamed("--wait", "wait_for_workers", "--wait-for-workers", type=click.FloatRange(min=0))
 def cancel(
     run_id: str,
-    workspace: Path,
+    workspace: Workspace,
     tickets: tuple[str, ...],
     reason: str,
     by: str | None,
@@ -146,7 +150,7 @@ def cancel(
     "neither the ledger nor the tools' APIs answer them from before. Recorded with who asked.",
 )
 def requeue(
-    run_id: str, tickets: tuple[str, ...], workspace: Path, force: bool, repeat_writes: bool
+    run_id: str, tickets: tuple[str, ...], workspace: Workspace, force: bool, repeat_writes: bool
 ) -> int:
     """Put a run's ticket files back into inbox/.
 

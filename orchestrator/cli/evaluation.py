@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from orchestrator.cli.options import cassette_option, count_option, json_option, workspace_option
 from orchestrator.exit_codes import ExitCode
+
+if TYPE_CHECKING:
+    from orchestrator.config.workspace import Workspace
 
 EPILOG = """\b
 Exit codes:
@@ -59,7 +62,7 @@ Exit codes:
 )
 def command(
     dataset: Path,
-    workspace: Path,
+    workspace: Workspace,
     min_accuracy: float | None,
     min_pass: float | None,
     max_cost_per_ticket: float | None,
@@ -80,7 +83,7 @@ def command(
 
 def _evaluate(
     dataset: Path,
-    workspace: Path,
+    workspace: Workspace,
     thresholds: tuple[float | None, float | None, float | None],
     replay: Path | None,
     record: Path | None,
@@ -88,7 +91,6 @@ def _evaluate(
     layers: tuple[str, ...],
     as_json: bool,
 ) -> int:
-    from orchestrator.config.workspace import Workspace
     from orchestrator.errors import UsageError
     from orchestrator.evaluation import dataset as datasets
     from orchestrator.evaluation import report
@@ -97,8 +99,8 @@ def _evaluate(
 
     if replay is not None and record is not None:
         raise UsageError("--replay and --record go one at a time")
-    place = Workspace(workspace).require()
-    loaded = datasets.load(dataset, place.root)
+    place = workspace.require()
+    loaded = datasets.load(dataset, place)
     document = evaluate(place, loaded, Model(replay, record), repeat, layers)
     missed = thresholds_missed(document, *thresholds)
     document["thresholds_missed"] = missed

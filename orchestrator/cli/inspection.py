@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -14,6 +15,9 @@ from orchestrator.cli.group import Commands
 from orchestrator.cli.options import choice_option, count_option, json_option, workspace_option
 from orchestrator.cli.settings import checked
 from orchestrator.exit_codes import ExitCode
+
+if TYPE_CHECKING:
+    from orchestrator.config.workspace import Workspace
 
 
 @click.command()
@@ -60,7 +64,7 @@ def scenarios() -> None:
 
 @scenarios.command("init")
 @workspace_option
-def scenarios_init(workspace: Path) -> int:
+def scenarios_init(workspace: Workspace) -> int:
     """Script the tickets in inbox/, to run them offline.
 
     Add to the workspace's scenarios/demo.yaml what the tickets in inbox/ need to run
@@ -70,16 +74,15 @@ def scenarios_init(workspace: Path) -> int:
     give, then `ticketgraph run`. What the file already says is kept; run it again when new
     tickets arrive. Nothing in inbox/ is moved.
     """
-    from orchestrator.config.workspace import Workspace
     from orchestrator.steps import scripted
 
-    print(scripted.add_for_inbox(Workspace(workspace).require()).said(), end="")
+    print(scripted.add_for_inbox(workspace.require()).said(), end="")
     return ExitCode.ALL_PASS
 
 
 @click.command("check")
 @workspace_option
-def check_workspace(workspace: Path) -> int:
+def check_workspace(workspace: Workspace) -> int:
     """Check a workspace and show what each category would run (claims and pays nothing).
 
     Check the workspace as `run` does before it claims anything: ticketgraph.toml (every
@@ -89,11 +92,10 @@ def check_workspace(workspace: Path) -> int:
     files) or template. Exit 0 when a run would start, 78 naming the first problem.
     """
     from orchestrator.cli import check
-    from orchestrator.config.workspace import Workspace
     from workers.settings import HarnessSettings, load
 
     settings = checked(None, None)
-    print(check.check(Workspace(workspace), settings, load(HarnessSettings, "LLM_")), end="")
+    print(check.check(workspace, settings, load(HarnessSettings, "LLM_")), end="")
     return ExitCode.ALL_PASS
 
 
@@ -101,7 +103,7 @@ def check_workspace(workspace: Path) -> int:
 @click.argument("run_id", required=False)
 @workspace_option
 @json_option("Print one JSON document.")
-def show_status(run_id: str | None, workspace: Path, as_json: bool) -> int:
+def show_status(run_id: str | None, workspace: Workspace, as_json: bool) -> int:
     """Show a run as it stands (the newest, or RUN_ID).
 
     Show one run of this workspace, running or finished, from its folder: status and exit
@@ -113,12 +115,12 @@ def show_status(run_id: str | None, workspace: Path, as_json: bool) -> int:
     record (the run-state.json record of every node and ticket).
     """
     from orchestrator.coordination import budget
-    from orchestrator.run.records import RunPhase
+    from orchestrator.run.records import RunStatus
     from orchestrator.submission import status
 
     found = status.find(workspace, run_id)
     record, handled = found.read(), status.handled_of(found)
-    if record.status is RunPhase.RUNNING and budget.limits(record.config).any:
+    if record.status is RunStatus.RUNNING and budget.limits(record.config).any:
         broker_url = os.environ.get("TICKETGRAPH_BROKER_URL")  # a live ledger is there
         record.budget = budget.read_live(broker_url, record.run_id) or record.budget
     if as_json:
@@ -132,7 +134,7 @@ def show_status(run_id: str | None, workspace: Path, as_json: bool) -> int:
 @workspace_option
 @count_option("--limit", "-n", default=20, help="How many runs.")
 @json_option("Print a JSON list.")
-def runs(workspace: Path, limit: int, as_json: bool) -> int:
+def runs(workspace: Workspace, limit: int, as_json: bool) -> int:
     """List the recent runs with verdict, tickets, cost and duration.
 
     List this workspace's recent runs, newest first: started, verdict (all_pass,
@@ -145,7 +147,7 @@ def runs(workspace: Path, limit: int, as_json: bool) -> int:
     if as_json:
         print(json.dumps([row.model_dump() for row in rows], indent=2))
     elif not rows:
-        print(f"no runs under {workspace / 'runs'} yet")
+        print(f"no runs under {workspace.runs} yet")
     else:
         print(status.runs_table(rows), end="")
     return ExitCode.ALL_PASS

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from orchestrator.cli.options import workspace_option
 
+if TYPE_CHECKING:
+    from orchestrator.config.workspace import Workspace
 
-def set_up(workspace: Path) -> str:
+
+def set_up(workspace: Workspace) -> str:
     """Make this user's key pair if there is none, trust its public half in `workspace`;
     what was done."""
     from orchestrator.run import signing
@@ -29,7 +32,7 @@ def keys() -> None:
 
 @keys.command("init")
 @workspace_option
-def keys_init(workspace: Path) -> int:
+def keys_init(workspace: Workspace) -> int:
     """Set up your signing key for this workspace.
 
     Make your key pair if you have none ($XDG_CONFIG_HOME/ticketgraph/signing.key, default
@@ -38,9 +41,8 @@ def keys_init(workspace: Path) -> int:
     you sign. Copy keys/ to every worker that does not see the workspace folder (or point
     TICKETGRAPH_TRUSTED_KEYS at a copy). Run it once per person who decides.
     """
-    from orchestrator.config.workspace import Workspace
 
-    print(set_up(Workspace(workspace).require().root), end="")
+    print(set_up(workspace.require()), end="")
     return 0
 
 

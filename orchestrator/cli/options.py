@@ -14,19 +14,27 @@ import click
 
 if TYPE_CHECKING:
     from orchestrator.cli.console import Mode
+    from orchestrator.config.workspace import Workspace
 
 F = Callable[..., Any]
 
 
 def workspace_option(f: F) -> F:
-    """--workspace DIR (default: the current folder)."""
+    """--workspace DIR (default: the current folder), handed to the command as a `Workspace`."""
     return click.option(
         "--workspace",
         type=click.Path(path_type=Path, file_okay=False),
         default=Path("."),
         show_default=True,
+        callback=_workspace,
         help="Workspace folder.",
     )(f)
+
+
+def _workspace(_ctx: click.Context, _param: click.Parameter, value: Path) -> Workspace:
+    from orchestrator.config.workspace import Workspace  # lazy: `--help` reads no workspace
+
+    return Workspace(value)
 
 
 def listen_options(address: str, port: int) -> Callable[[F], F]:
@@ -122,7 +130,7 @@ class RunOptions:
     """What `run` and `resume` were told: where, which broker, how long to wait, what to
     print while waiting."""
 
-    workspace: Path
+    workspace: Workspace
     broker: str | None
     timeout: float | None
     wait_for_workers: float

@@ -9,12 +9,15 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from orchestrator.cli.options import by_option, json_option, reason_option, workspace_option
 from orchestrator.exit_codes import ExitCode
+
+if TYPE_CHECKING:
+    from orchestrator.config.workspace import Workspace
 
 QUEUE_NOTES = """\b
 Kinds:
@@ -51,7 +54,7 @@ def _age(seconds: float) -> str:
 @click.option("--newest", is_flag=True, help="Newest first (default: oldest first).")
 @json_option("Print {counts, items} as JSON.")
 def queue(
-    workspace: Path,
+    workspace: Workspace,
     kind: str | None,
     reason: str | None,
     category: str | None,
@@ -68,10 +71,9 @@ def queue(
     that move it on; for a call, the tool, its arguments (amounts as money), the rule that
     made it wait and when it expires. Read from the run folders: no Redis, no workers.
     """
-    from orchestrator.config.workspace import Workspace
     from orchestrator.people import queue as waiting
 
-    root = Workspace(workspace).require().root
+    root = workspace.require()
     older = None if older_than is None else older_than * 3600
     filters = waiting.Filters(kind, reason, category, run_id, older, newest)
     found = waiting.items(root, filters)
@@ -121,7 +123,7 @@ def _queue_text(found: list[Any]) -> str:
 def handle(
     run_id: str,
     ticket: str,
-    workspace: Path,
+    workspace: Workspace,
     send: bool,
     reply_file: Path | None,
     close: bool,
@@ -164,7 +166,12 @@ def handle(
 @by_option("audits")
 @reason_option("Why (needed with --bad).")
 def audit(
-    run_id: str, ticket: str, workspace: Path, good: bool | None, by: str | None, reason: str | None
+    run_id: str,
+    ticket: str,
+    workspace: Workspace,
+    good: bool | None,
+    by: str | None,
+    reason: str | None,
 ) -> int:
     """Judge a reply the gate passed (a sampled one: `ticketgraph queue --kind audit`).
 
@@ -192,17 +199,16 @@ def labels() -> None:
     type=click.Path(path_type=Path, dir_okay=False),
     help="Write to this file (atomically) instead of stdout.",
 )
-def labels_export(workspace: Path, out: Path | None) -> int:
+def labels_export(workspace: Workspace, out: Path | None) -> int:
     """Write every label as JSONL: one person's verdict on one run's reply a line.
 
     The dataset format `ticketgraph eval` reads (docs/people.md): run, ticket, category,
     draft, draft_sha256, gate {verdict, rounds}, verdict, final, by, at, reason.
     """
-    from orchestrator.config.workspace import Workspace
     from orchestrator.people import labels as store
     from workers import atomic
 
-    text = store.export(Workspace(workspace).require().root)
+    text = store.export(workspace.require())
     if out is None:
         sys.stdout.write(text)
         return ExitCode.ALL_PASS
@@ -226,7 +232,7 @@ def gate() -> None:
     help="Also count a candidate ticketgraph.toml's [gate] rules, side by side.",
 )
 @json_option("Print {current, candidate} as JSON.")
-def gate_replay(workspace: Path, candidate: Path | None, as_json: bool) -> int:
+def gate_replay(workspace: Workspace, candidate: Path | None, as_json: bool) -> int:
     """Run the gate over every labelled reply and count false alarms and misses.
 
     The gate's checks and the workspace's own ([gate] checks) run again over each label's
@@ -235,10 +241,9 @@ def gate_replay(workspace: Path, candidate: Path | None, as_json: bool) -> int:
     closed or marked bad. Totals and each check, for today's rules and, with --config, a
     candidate's.
     """
-    from orchestrator.config.workspace import Workspace
     from orchestrator.people import replay
 
-    root = Workspace(workspace).require().root
+    root = workspace.require()
     result = replay.replay(root, candidate)
     if as_json:
         print(json.dumps({side: c.as_dict() for side, c in result.items()}, indent=2))

@@ -104,7 +104,7 @@ class Tally:
     tokens: int = 0
     cost_usd: float = 0.0
     paid: dict[str, float] = field(default_factory=dict)  # agent run -> its cost so far
-    budget_usd: float | None = None  # what the run may spend ([run] budget_usd, --budget)
+    run_budget_usd: float | None = None  # what the run may spend ([run] budget_usd, --budget)
     waits: CapWaits = field(default_factory=CapWaits)
 
     def __post_init__(self) -> None:
@@ -116,7 +116,7 @@ class Tally:
         from orchestrator.steps.report import usd
 
         spent = usd(self.cost_usd)
-        return spent if self.budget_usd is None else f"{spent} of {usd(self.budget_usd)}"
+        return spent if self.run_budget_usd is None else f"{spent} of {usd(self.run_budget_usd)}"
 
     def add(self, event: dict[str, Any]) -> None:
         """Count one trace event."""

@@ -66,7 +66,6 @@ def run(opts: RunOptions, pool_size: int | None, stop_after: str | None) -> int:
     """
     with loading():
         from orchestrator.cli import console
-        from orchestrator.config.workspace import Workspace
         from orchestrator.plan import tasks
         from orchestrator.submission import status, submit
         from orchestrator.submission.start import nothing_to_claim, start
@@ -77,12 +76,12 @@ def run(opts: RunOptions, pool_size: int | None, stop_after: str | None) -> int:
     )
     settings = opts.cassettes(settings)
     submit.require_workers(settings, opts.wait_for_workers)
-    store = start(Workspace(opts.workspace), settings, tasks.registered())
+    store = start(opts.workspace, settings, tasks.registered())
     if store is None:
         if opts.as_json:
             print(json.dumps(status.nothing_to_claim(), indent=2))
         else:
-            print(nothing_to_claim(Workspace(opts.workspace)), flush=True)
+            print(nothing_to_claim(opts.workspace), flush=True)
         return ExitCode.ALL_PASS
     if shown != "quiet":
         console.say(console.claimed(store) + "\n")
@@ -135,7 +134,6 @@ def _take_over(
     with loading():
         from orchestrator.cli import console
         from orchestrator.config import endpoint
-        from orchestrator.config.workspace import Workspace
         from orchestrator.run import lease
         from orchestrator.run.store import find
         from orchestrator.submission import submit
@@ -143,7 +141,7 @@ def _take_over(
         from workers.settings import HarnessSettings
 
     store = find(opts.workspace, run_id)
-    workspace = Workspace(opts.workspace)
+    workspace = opts.workspace
     endpoint.require(workspace, settings, HarnessSettings())
     submit.require_workers(settings, opts.wait_for_workers)
     lease.wait_free(store, wait, say=lambda line: console.say(line + "\n"))

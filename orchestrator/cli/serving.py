@@ -67,6 +67,7 @@ def worker(
         from orchestrator.broker import worker_processes
         from orchestrator.broker.app import connect
         from orchestrator.config import declarations
+        from orchestrator.config.workspace import Workspace
         from workers.settings import HarnessSettings, load
 
     app = connect(broker)
@@ -77,7 +78,7 @@ def worker(
             "`ticketgraph provider --scenarios scenarios/demo.yaml` serves one)"
         )
     for folder in workspaces:  # before any process is forked: each inherits the modules
-        declarations.preload(folder)
+        declarations.preload(Workspace(folder))
     name = (hostname or "ticketgraph").split("@", 1)[0]
     count = processes or worker_processes.cores()
     return worker_processes.serve(app, name, count, threads, loglevel.upper())

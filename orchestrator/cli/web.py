@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import socket
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
@@ -16,6 +15,7 @@ from orchestrator.exit_codes import ExitCode
 
 if TYPE_CHECKING:
     from orchestrator.config.environment import GraphSettings
+    from orchestrator.config.workspace import Workspace
     from orchestrator.web.login import Login
 
 DEFAULT_ADDRESS = "127.0.0.1"
@@ -40,7 +40,7 @@ DEFAULT_PORT = 8600
     help="Serve without a login, read-only: pages and /metrics, no action.",
 )
 def command(
-    workspace: Path,
+    workspace: Workspace,
     address: str,
     port: int,
     allowed_hosts: tuple[str, ...],
@@ -71,20 +71,26 @@ def command(
         listening = _listen(address, port)
     hosts = _hosts(address, allowed_hosts)
     app = application(
-        workspace, read_only=no_auth, login_=accepted, broker_url=settings.broker_url, hosts=hosts
+        workspace.root,
+        read_only=no_auth,
+        login_=accepted,
+        broker_url=settings.broker_url,
+        hosts=hosts,
     )
-    print(f"ticketgraph web: serving {workspace.resolve()} on http://{address}:{port}/", flush=True)
+    print(
+        f"ticketgraph web: serving {workspace.root.resolve()} on http://{address}:{port}/",
+        flush=True,
+    )
     config = uvicorn.Config(app, log_level="warning", access_log=False)
     uvicorn.Server(config).run(sockets=[listening])
     return ExitCode.ALL_PASS
 
 
-def _settings(workspace: Path, broker: str | None) -> GraphSettings:
+def _settings(workspace: Workspace, broker: str | None) -> GraphSettings:
     """The graph's settings for the web view, once the workspace is known to be one."""
     from orchestrator.config import environment
-    from orchestrator.config.workspace import Workspace
 
-    Workspace(workspace).require()
+    workspace.require()
     return environment.settings(broker, None)
 
 

@@ -28,13 +28,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.config import policy
 from orchestrator.errors import ConfigError
 from orchestrator.run.records import RunConfig, WorkerSpec
 from workers.builtin_tools import BUILTINS
 from workers.tools import Tool
+
+if TYPE_CHECKING:
+    from orchestrator.config.workspace import Workspace
 
 Check = Callable[[str, Any], list[str]]
 
@@ -66,7 +69,7 @@ class Declarations:
         return [(getattr(self.checks[p], "__name__", p), self.checks[p]) for p in paths]
 
 
-def load(workspace: Path, config: RunConfig) -> Declarations:
+def load(workspace: Workspace, config: RunConfig) -> Declarations:
     """Import what a run's `config` declares (once per process and workspace); `ConfigError`,
     naming the table and the module, if something cannot be imported or is not a tool."""
     tools = {n: w.tools for n, w in config.workers.items()}
@@ -74,19 +77,18 @@ def load(workspace: Path, config: RunConfig) -> Declarations:
     return declared(workspace, tools, config.checks, rules)
 
 
-def preload(workspace: Path) -> Declarations:
+def preload(workspace: Workspace) -> Declarations:
     """Import what the workspace's ticketgraph.toml declares: a worker process does this for
     each workspace it serves as it starts, and stops (exit 78) if it cannot."""
-    from orchestrator.config.workspace import Workspace  # the workspace reads its tables (config/)
 
-    tables = Workspace(workspace).config()
+    tables = workspace.config()
     tools = {name: worker.tools for name, worker in tables.workers.items()}
     rules = {name: worker.approval for name, worker in tables.workers.items()}
     return declared(workspace, tools, tables.gate.checks, rules)
 
 
 def declared(
-    workspace: Path,
+    workspace: Workspace,
     tools: dict[str, list[str]],
     checks: list[str],
     rules: dict[str, dict[str, str]] | None = None,
@@ -95,7 +97,7 @@ def declared(
     (worker -> tool -> rule) name, imported and checked (cached)."""
     rules = rules or {}
     key = (
-        str(workspace.resolve()),
+        str(workspace.root.resolve()),
         json.dumps([sorted(tools.items()), checks, rules], sort_keys=True),
     )
     with _lock:
@@ -104,12 +106,12 @@ def declared(
         return _loaded[key]
 
 
-def mismatch(workspace: Path, config: RunConfig) -> str | None:
+def mismatch(workspace: Workspace, config: RunConfig) -> str | None:
     """Why this process must not run a task of the run `config` belongs to (its own
     declarations differ from those the run was started with), or None."""
     if not config.fingerprint:  # a run from before fingerprints
         return None
-    seen = (str(workspace), config.fingerprint)
+    seen = (str(workspace.root), config.fingerprint)
     if seen in _matched:  # every ticket's task asks; a process imports its modules once
         return None
     try:
@@ -127,7 +129,7 @@ def mismatch(workspace: Path, config: RunConfig) -> str | None:
 
 
 def _import(
-    workspace: Path,
+    workspace: Workspace,
     listed: dict[str, list[str]],
     paths: list[str],
     rules: dict[str, dict[str, str]],
@@ -203,8 +205,8 @@ class _Modules:
     imports a sibling by its plain name.
     """
 
-    def __init__(self, workspace: Path) -> None:
-        self.root = workspace.resolve()
+    def __init__(self, workspace: Workspace) -> None:
+        self.root = workspace.root.resolve()
         if str(self.root) not in sys.path:
             sys.path.append(str(self.root))  # after everything installed: shadows nothing
         self.package = "_tg_workspace_" + hashlib.sha1(str(self.root).encode()).hexdigest()[:12]

@@ -117,7 +117,7 @@ def run_config(
         router_context_tokens=router.context_tokens,
         router_batch_tickets=router.batch_tickets,
         max_turns=harness.max_turns,
-        budget_usd=harness.budget_usd,
+        budget_usd=harness.budget_usd,  # its stored name: RunConfig.agent_budget_usd
         run_budget_usd=config.run.budget_usd,
         ticket_budget_usd=config.run.ticket_budget_usd,
         roles=roles(workspace, config),

@@ -10,68 +10,16 @@ from pathlib import Path
 
 from orchestrator.config import tables
 from orchestrator.config.tables import WorkspaceConfig
-from orchestrator.errors import ConfigError, UsageError
 from orchestrator.run import signing
+from orchestrator.run import workspace as folders
+from orchestrator.run.workspace import CONFIG_FILE, DEMO_SCENARIOS
 
-CONFIG_FILE = "ticketgraph.toml"
-DEMO_SCENARIOS = "scenarios/demo.yaml"
+__all__ = ["CONFIG_FILE", "DEMO_SCENARIOS", "TEMPLATES", "Workspace", "init", "init_demo"]
 
 
 @dataclass(frozen=True)
-class Workspace:
-    """Paths of one workspace."""
-
-    root: Path
-
-    @property
-    def inbox(self) -> Path:
-        """Where tickets are dropped."""
-        return self.root / "inbox"
-
-    @property
-    def out(self) -> Path:
-        """Where drafts are published, one file per ticket."""
-        return self.root / "out"
-
-    @property
-    def quarantine(self) -> Path:
-        """Files claimed from inbox/ that are not tickets, each with a `.reason` file."""
-        return self.root / "quarantine"
-
-    @property
-    def runs(self) -> Path:
-        """One folder per run: state, trace, agent states, report."""
-        return self.root / "runs"
-
-    @property
-    def scenarios(self) -> Path:
-        """Scripted-provider scenarios used when no LLM_BASE_URL is set."""
-        return self.root / DEMO_SCENARIOS
-
-    def require(self) -> Workspace:
-        """This workspace; `UsageError` if the folder is not one (it has no ticketgraph.toml,
-        inbox/ or runs/), as every command that reads a workspace says."""
-        markers = (self.root / CONFIG_FILE, self.inbox, self.runs)
-        if not self.root.is_dir() or not any(m.exists() for m in markers):
-            raise UsageError(
-                f"no workspace at {self.root}: it has no {CONFIG_FILE}, inbox/ or runs/ "
-                f"(`ticketgraph init {self.root}` makes one)"
-            )
-        return self
-
-    def check_folders(self) -> None:
-        """`ConfigError` if out/, runs/ or quarantine/ exists but is not a folder (checked
-        before anything is claimed: a run could not record its work there)."""
-        for folder, holds in (
-            (self.out, "replies"),
-            (self.runs, "runs"),
-            (self.quarantine, "quarantined files"),
-        ):
-            if folder.exists() and not folder.is_dir():
-                raise ConfigError(
-                    f"{folder.absolute()} is not a folder (ticketgraph keeps its {holds} "
-                    "there): move it out of the way"
-                )
+class Workspace(folders.Workspace):
+    """A workspace: its folders (run/workspace.py) and its ticketgraph.toml."""
 
     def config(self) -> WorkspaceConfig:
         """Its ticketgraph.toml (defaults when there is none); `ConfigError` naming the key
@@ -112,6 +60,6 @@ def init(root: Path, template: str) -> tuple[list[Path], list[Path]]:
         (root / folder_name).mkdir(parents=True, exist_ok=True)
     # Secure by default: whoever made the workspace can sign decisions in it (run/signing.py).
     trusted = set((root / signing.KEYS).glob("*.pub"))
-    signing.set_up(root)
+    signing.set_up(Workspace(root))
     created += sorted(set((root / signing.KEYS).glob("*.pub")) - trusted)
     return created, kept

@@ -24,6 +24,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from orchestrator.config.workspace import Workspace
 from orchestrator.errors import UsageError
 
 TICKETS = "tickets"
@@ -70,7 +71,7 @@ class Dataset:
     expected: dict[str, Expectation] = field(default_factory=dict)
 
 
-def load(source: Path, workspace: Path) -> Dataset:
+def load(source: Path, workspace: Workspace) -> Dataset:
     """The dataset at `source` (a folder, or a label export read against `workspace`'s
     runs); `UsageError` saying what is missing or malformed."""
     if source.is_dir():
@@ -115,7 +116,7 @@ def _read_mapping(path: Path) -> dict[str, object]:
     return data
 
 
-def _labels(path: Path, workspace: Path) -> Dataset:
+def _labels(path: Path, workspace: Workspace) -> Dataset:
     dataset = Dataset(path)
     for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         if not line.strip():
@@ -128,11 +129,11 @@ def _labels(path: Path, workspace: Path) -> Dataset:
             ) from exc
         if label.verdict not in LABEL_VERDICTS:
             raise UsageError(f"{path}:{number}: unknown verdict {label.verdict!r}")
-        claimed = sorted((workspace / "runs" / label.run / "claimed").glob(f"{label.ticket}.*"))
+        claimed = sorted((workspace.runs / label.run / "claimed").glob(f"{label.ticket}.*"))
         if not claimed:
             raise UsageError(
                 f"{path}:{number}: the ticket file of {label.ticket} is not in "
-                f"runs/{label.run}/claimed/ of {workspace} (cleaned up?)"
+                f"runs/{label.run}/claimed/ of {workspace.root} (cleaned up?)"
             )
         dataset.tickets[label.ticket] = claimed[0]
         dataset.expected[label.ticket] = Expectation(

@@ -34,7 +34,7 @@ def record(into: Path) -> None:
         root = Path(tmp) / "demo"
         init(root, "demo")
         workspace = Workspace(root)
-        data = dataset.load(root / "datasets" / "demo", root)
+        data = dataset.load(root / "datasets" / "demo", workspace)
         evaluate.evaluate(workspace, data, runner.Model(record=into), 1, LAYERS)
 
 

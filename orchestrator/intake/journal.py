@@ -28,7 +28,7 @@ from orchestrator.exit_codes import ExitCode
 from orchestrator.intake import claims
 from orchestrator.run import lease
 from orchestrator.run.ending import crash_text
-from orchestrator.run.records import RunMeta, RunPhase
+from orchestrator.run.records import RunMeta, RunStatus
 from orchestrator.run.store import RunStore
 from workers import atomic
 
@@ -48,7 +48,7 @@ def is_open(store: RunStore) -> bool:
 def open_claim(store: RunStore, meta: RunMeta, names: list[str]) -> None:
     """Record the run as a claim that did not finish, then journal the names it is about to
     claim; the caller holds the run's lease and renames only after this returns."""
-    meta.end(RunPhase.CRASHED, ExitCode.CRASHED, unfinished(store.run_id))
+    meta.end(RunStatus.CRASHED, ExitCode.CRASHED, unfinished(store.run_id))
     store.write_meta(meta)
     path = entry(store)
     path.parent.mkdir(exist_ok=True)
@@ -79,7 +79,7 @@ def requeued(store: RunStore) -> None:
         return
     with store.update_meta() as meta:
         why = "its claim of inbox/ did not finish; `requeue` put its files back in inbox/"
-        meta.end(RunPhase.CRASHED, ExitCode.CRASHED, why)
+        meta.end(RunStatus.CRASHED, ExitCode.CRASHED, why)
     close(store)
 
 
@@ -105,7 +105,7 @@ def failed(store: RunStore, exc: BaseException) -> str:
     cause = crash_text(exc)
     with contextlib.suppress(Exception):  # the first record stands; this only adds the cause
         with store.update_meta() as meta:
-            meta.end(RunPhase.CRASHED, ExitCode.CRASHED, unfinished(store.run_id, cause))
+            meta.end(RunStatus.CRASHED, ExitCode.CRASHED, unfinished(store.run_id, cause))
         store.tracer(node="inbox").emit("run_crashed", error=cause)
     ways = _ways_on(store.run_id, len(claims.claimed_names(store)))
     return f"run {store.run_id} crashed while claiming inbox/ ({cause}); {ways}"

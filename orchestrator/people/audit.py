@@ -10,8 +10,8 @@ and ticket are always in or out, whoever asks and however often."""
 from __future__ import annotations
 
 import hashlib
-from pathlib import Path
 
+from orchestrator.config.workspace import Workspace
 from orchestrator.errors import UsageError
 from orchestrator.people import verdicts
 from orchestrator.run import ids
@@ -30,7 +30,7 @@ def sampled(run_id: str, ticket_id: str, share: float) -> bool:
 
 
 def audit(
-    workspace: Path, run_id: str, ticket_id: str, good: bool, by: str, reason: str | None
+    workspace: Workspace, run_id: str, ticket_id: str, good: bool, by: str, reason: str | None
 ) -> PersonVerdict:
     """Record a person's audit of a pass (sampled or not); `UsageError` for a ticket that did
     not pass, or one audited already."""

@@ -8,9 +8,9 @@ the run folder only: no Redis, no workers."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Literal
 
+from orchestrator.config.workspace import Workspace
 from orchestrator.errors import UsageError
 from orchestrator.people import reply, verdicts
 from orchestrator.run import ids
@@ -32,7 +32,7 @@ class Handled:
 
 
 def handle(
-    workspace: Path,
+    workspace: Workspace,
     run_id: str,
     ticket_id: str,
     action: Action,

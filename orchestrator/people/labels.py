@@ -21,6 +21,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
 
+from orchestrator.config.workspace import Workspace
 from orchestrator.errors import RunStorageError
 from orchestrator.run.verdicts import Verdict
 
@@ -68,14 +69,14 @@ class Label(BaseModel):
     final_sha256: str | None = None
 
 
-def path(workspace: Path) -> Path:
+def path(workspace: Workspace) -> Path:
     """The workspace's label store."""
-    return workspace / FOLDER / FILE
+    return workspace.root / FOLDER / FILE
 
 
-def append(workspace: Path, label: Label) -> None:
+def append(workspace: Workspace, label: Label) -> None:
     """Add one label, durably, under the store's lock (several people may label at once)."""
-    folder = workspace / FOLDER
+    folder = workspace.root / FOLDER
     line = label.model_dump_json() + "\n"
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -89,7 +90,7 @@ def append(workspace: Path, label: Label) -> None:
         raise RunStorageError(f"cannot append a label to {path(workspace)}: {exc}") from exc
 
 
-def read(workspace: Path) -> Iterator[Label]:
+def read(workspace: Workspace) -> Iterator[Label]:
     """Every label of the workspace, oldest first; a line that is not a label is skipped
     (a torn last line after a crash mid-append)."""
     try:
@@ -106,6 +107,6 @@ def read(workspace: Path) -> Iterator[Label]:
                 continue
 
 
-def export(workspace: Path) -> str:
+def export(workspace: Workspace) -> str:
     """Every label as JSONL: the dataset `ticketgraph eval` reads."""
     return "".join(label.model_dump_json() + "\n" for label in read(workspace))

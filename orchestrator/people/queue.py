@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from orchestrator.config.workspace import Workspace
 from orchestrator.errors import GraphError
 from orchestrator.people import audit, money, stops
 from orchestrator.run import approvals, verdicts
@@ -77,7 +78,7 @@ class Filters:
         )
 
 
-def items(workspace: Path, filters: Filters | None = None) -> list[Item]:
+def items(workspace: Workspace, filters: Filters | None = None) -> list[Item]:
     """What waits for a person in every run of the workspace, oldest first (or newest)."""
     filters = filters or Filters()
     now = datetime.now(UTC)
@@ -104,8 +105,8 @@ def counts(found: Iterable[Item]) -> dict[str, int]:
     return total
 
 
-def _all(workspace: Path, now: datetime, run_id: str | None) -> Iterator[Item]:
-    for run_dir in sorted((workspace / "runs").glob(run_id or "run-*")):
+def _all(workspace: Workspace, now: datetime, run_id: str | None) -> Iterator[Item]:
+    for run_dir in sorted((workspace.runs).glob(run_id or "run-*")):
         yield from of_run(run_dir, now)
 
 

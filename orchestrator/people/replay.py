@@ -16,13 +16,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.config import declarations, tables
 from orchestrator.config.tables import WorkspaceConfig
 from orchestrator.people import labels, reply
 from orchestrator.people.labels import ACCEPTED, REJECTED, Label
 from orchestrator.steps import gate, prompts
+
+if TYPE_CHECKING:
+    from orchestrator.config.workspace import Workspace
 
 
 @dataclass
@@ -53,7 +56,7 @@ class Counts:
         }
 
 
-def rules_of(workspace: Path, config: WorkspaceConfig) -> gate.Rules:
+def rules_of(workspace: Workspace, config: WorkspaceConfig) -> gate.Rules:
     """The gate's rules a configuration gives (its own checks imported from `workspace`)."""
     own: tuple[gate.OwnCheck, ...] = ()
     if config.gate.checks:
@@ -97,12 +100,11 @@ def count(found: list[Label], rules: gate.Rules) -> Counts:
     return counts
 
 
-def replay(workspace: Path, candidate: Path | None) -> dict[str, Counts]:
+def replay(workspace: Workspace, candidate: Path | None) -> dict[str, Counts]:
     """Today's rules (and the candidate file's) over every label of the workspace."""
-    from orchestrator.config.workspace import Workspace
 
     found = list(labels.read(workspace))
-    current = rules_of(workspace, Workspace(workspace).config())
+    current = rules_of(workspace, workspace.config())
     result = {"current": count(found, current)}
     if candidate is not None:
         rules = rules_of(workspace, tables.read(candidate))

@@ -6,8 +6,7 @@ changed.
 
 from __future__ import annotations
 
-from pathlib import Path
-
+from orchestrator.config.workspace import Workspace
 from orchestrator.errors import UsageError
 from orchestrator.people import labels, reply
 from orchestrator.people.labels import GateLabel, GateRoundLabel, Label
@@ -42,7 +41,7 @@ def made_now(
 
 
 def label(
-    workspace: Path,
+    workspace: Workspace,
     store: RunStore,
     record_: TicketRecord,
     made: PersonVerdict,

@@ -31,13 +31,14 @@ from celery.exceptions import Reject
 from orchestrator.broker import outage, timelimits
 from orchestrator.broker.app import OUTAGE_CONF_KEY, app, worker_llm
 from orchestrator.config import declarations
+from orchestrator.config.workspace import Workspace
 from orchestrator.coordination import control, events, fanout, keys, slot
 from orchestrator.errors import RunStateError, RunStorageError
 from orchestrator.plan import canvas
 from orchestrator.plan.steps import PLAN, Plan, Step
 from orchestrator.run import cancels, ending, ids, lease, totals
 from orchestrator.run.fence import EpochFence, path
-from orchestrator.run.records import CANCELLED, RunPhase, TicketRecord
+from orchestrator.run.records import CANCELLED, RunStatus, TicketRecord
 from orchestrator.run.store import RunStore
 from orchestrator.steps.agent import shared_client
 from orchestrator.steps.context import Context, Follows, Stop, fan_in
@@ -117,7 +118,7 @@ def _whole_run(plan: Plan, step: Step, run_dir: str, attempt: str) -> Summary:
     """Run a whole-run step as the newest copy of it; then send what follows, or end the
     wait of the run's CLI. If the step raises, the run is marked crashed first."""
     ctx = _context(step, run_dir)
-    if ctx.meta.status is not RunPhase.RUNNING:  # stopped or timed out while queued
+    if ctx.meta.status is not RunStatus.RUNNING:  # stopped or timed out while queued
         return {"step": step.name, "status": f"run {ctx.meta.status.value}"}
     r = _redis()
     before = plan.before(step)
@@ -133,8 +134,8 @@ def _whole_run(plan: Plan, step: Step, run_dir: str, attempt: str) -> Summary:
     run_id = ctx.store.run_id
     _broker(lambda: events.publish(r, run_id, "node_end", node=step.node), "telling")
     meta = ctx.store.meta()
-    if meta.status is not RunPhase.RUNNING:  # it ended the run: its verdict, or a stop
-        if meta.status is not RunPhase.DONE:  # a stop, maybe made while this step ran
+    if meta.status is not RunStatus.RUNNING:  # it ended the run: its verdict, or a stop
+        if meta.status is not RunStatus.DONE:  # a stop, maybe made while this step ran
             totals.recount_quietly(ctx.store)
         code = meta.exit_code
         _broker(lambda: events.publish(r, run_id, "run_end", exit_code=code), "ending a run")
@@ -170,7 +171,7 @@ def _start_fan_out(plan: Plan, step: Step, run_dir: str, attempt: str) -> Summar
     if before is None:  # the plan's table never lets a fan-out start the run
         raise ValueError(f"{step.name} follows no step: nothing to start it after")
     ctx = _context(before, run_dir)
-    if ctx.meta.status is not RunPhase.RUNNING:
+    if ctx.meta.status is not RunStatus.RUNNING:
         return {"step": step.name, "status": f"run {ctx.meta.status.value}"}
     r = _redis()
     _take_barrier(r, ctx, attempt, before)
@@ -261,7 +262,7 @@ def _one_ticket(
     held for this delivery in the same round trip) if it may run more, else by message."""
     ids.ticket(ticket_id)  # from a message: never made into a path unless a plain name
     ctx, r = _context(step, run_dir), _redis()
-    if ctx.meta.status is not RunPhase.RUNNING:
+    if ctx.meta.status is not RunStatus.RUNNING:
         # Pay nothing. A ticket the row was handed stays held until its hold expires: a
         # stopped run goes on only by `resume`, under a new submission and new keys.
         return {"ticket": ticket_id, "status": f"run {ctx.meta.status.value}"}
@@ -316,7 +317,8 @@ def _held(
     ctx.store = store.fenced(held)
     ctx.store.keep(ticket_id, seen[0])  # read under the lock it now holds: current
     ctx.open_node()
-    if (differ := declarations.mismatch(Path(ctx.meta.workspace), ctx.meta.config)) is not None:
+    workspace = Workspace(Path(ctx.meta.workspace))
+    if (differ := declarations.mismatch(workspace, ctx.meta.config)) is not None:
         # Another version of the tools or checks than the run's: draft nothing with them.
         status = _failed(ctx, ticket_id, differ, stop=DECLARATIONS_DIFFER)
         hand_on()

@@ -31,7 +31,6 @@ import os
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ValidationError
@@ -40,6 +39,7 @@ from orchestrator.errors import RunStateError, UsageError
 from orchestrator.run import signing
 from orchestrator.run.records import RunConfig, TicketStatus
 from orchestrator.run.store import RunStore
+from orchestrator.run.workspace import Workspace
 from workers import effects
 from workers.trace import now_iso
 
@@ -178,7 +178,7 @@ def _unsigned(store: RunStore, asked: Request, made: Decision) -> str | None:
     """Why a person's decision was not made by someone the workspace trusts, or None."""
     if made.run_id != asked.run_id:
         return f"it names another run ({made.run_id or 'none'})"
-    return signing.flaw(store.dir.parent.parent, made.model_dump())
+    return signing.flaw(Workspace(store.dir.parent.parent), made.model_dump())
 
 
 def set_aside(store: RunStore, ticket: str, call_id: str, why: str) -> None:
@@ -274,7 +274,7 @@ def decide(
         reason=reason,
         run_id=asked.run_id,
     )
-    key = signing.signer(store.dir.parent.parent)
+    key = signing.signer(Workspace(store.dir.parent.parent))
     made.key_id, made.signature = signing.sign(key, made.model_dump())
     return record(store, made)
 
@@ -360,10 +360,10 @@ def _record_status(store: RunStore, ticket: str) -> str:
     return record.status.value + (f", stop {record.stop}" if record.stop else "")
 
 
-def pending(workspace: Path) -> list[Standing]:
+def pending(workspace: Workspace) -> list[Standing]:
     """Every call a person can decide now, in every run of the workspace, oldest first."""
     found: list[Standing] = []
-    for run_dir in sorted((workspace / "runs").glob("run-*")):
+    for run_dir in sorted((workspace.runs).glob("run-*")):
         if (run_dir / REQUESTS).is_dir():
             found += waiting_of(RunStore(run_dir))
     return sorted(found, key=lambda s: s.request.asked_at)

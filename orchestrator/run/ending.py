@@ -11,13 +11,13 @@ from collections.abc import Callable
 from orchestrator.errors import GraphError, RunStateError, RunStorageError
 from orchestrator.exit_codes import ExitCode
 from orchestrator.run import totals
-from orchestrator.run.records import Cancel, RunMeta, RunPhase
+from orchestrator.run.records import Cancel, RunMeta, RunStatus
 from orchestrator.run.store import RunStore
 
 
 def end(
     store: RunStore,
-    status: RunPhase,
+    status: RunStatus,
     exit_code: int,
     error: str | None = None,
     event: str | None = None,
@@ -29,7 +29,7 @@ def end(
     run that already ended stays as it ended, and its own exit code is returned."""
 
     def ends(meta: RunMeta) -> bool:
-        if if_running and meta.status is not RunPhase.RUNNING:
+        if if_running and meta.status is not RunStatus.RUNNING:
             return False
         meta.cancel = cancel or meta.cancel
         meta.end(status, exit_code, error)
@@ -80,21 +80,21 @@ def _end(store: RunStore, ends: Callable[[RunMeta], bool], trace: Callable[[], N
 def verdict(store: RunStore, exit_code: int) -> int:
     """End the run done, with its verdict's exit code (a run already done keeps its own)."""
     done = store.meta()
-    if done.status is RunPhase.DONE and done.exit_code is not None:
+    if done.status is RunStatus.DONE and done.exit_code is not None:
         return done.exit_code
-    return end(store, RunPhase.DONE, exit_code)
+    return end(store, RunStatus.DONE, exit_code)
 
 
 def stop_early(store: RunStore) -> int:
     """End the run at the stop point it was asked to stop at (exit 2, resumable)."""
-    return end(store, RunPhase.STOPPED, ExitCode.STOPPED)
+    return end(store, RunStatus.STOPPED, ExitCode.STOPPED)
 
 
 def stopped(store: RunStore, why: str, if_running: bool = False) -> int:
     """End the run stopped early, for `why` (a signal, a timeout, a lost broker): exit 2,
     resumable."""
     return end(
-        store, RunPhase.STOPPED, ExitCode.STOPPED, why, "run_interrupted", if_running=if_running
+        store, RunStatus.STOPPED, ExitCode.STOPPED, why, "run_interrupted", if_running=if_running
     )
 
 
@@ -103,7 +103,7 @@ def cancelled(store: RunStore, cancel: Cancel, event: str) -> int:
     that already ended stays as it ended."""
 
     why = cancel.why
-    return end(store, RunPhase.STOPPED, ExitCode.STOPPED, why, event, True, cancel)
+    return end(store, RunStatus.STOPPED, ExitCode.STOPPED, why, event, True, cancel)
 
 
 def crashed(store: RunStore, exc: BaseException, if_running: bool = False) -> int:
@@ -116,7 +116,7 @@ def crashed(store: RunStore, exc: BaseException, if_running: bool = False) -> in
     error = crash_text(exc)
     try:
         return end(
-            store, RunPhase.CRASHED, ExitCode.CRASHED, error, "run_crashed", if_running=if_running
+            store, RunStatus.CRASHED, ExitCode.CRASHED, error, "run_crashed", if_running=if_running
         )
     except OSError as unwritable:
         if isinstance(exc, RunStorageError):  # already the story of a crash left unrecorded

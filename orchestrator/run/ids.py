@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 
 from orchestrator.errors import RunStateError
+from orchestrator.run.workspace import Workspace
 
 TICKET_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
@@ -45,6 +46,6 @@ def out_name(ticket_id: str) -> str:
     return f"out/{ticket(ticket_id)}.txt"
 
 
-def out_file(workspace: Path, ticket_id: str) -> Path:
+def out_file(workspace: Workspace, ticket_id: str) -> Path:
     """out/<ticket>.txt of a workspace, for a checked ticket id."""
-    return workspace / out_name(ticket_id)
+    return workspace.root / out_name(ticket_id)

@@ -27,7 +27,7 @@ from pydantic import BaseModel, ValidationError
 
 from orchestrator import process
 from orchestrator.errors import RunBusy, RunStateError
-from orchestrator.run.records import RunPhase
+from orchestrator.run.records import RunStatus
 from orchestrator.run.store import RunStore
 from workers import atomic
 
@@ -68,7 +68,7 @@ def holder(store: RunStore) -> Holder | None:
 
 def _finished(store: RunStore) -> bool:
     try:
-        return store.meta().status is RunPhase.DONE
+        return store.meta().status is RunStatus.DONE
     except RunStateError:
         return False
 

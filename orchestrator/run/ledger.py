@@ -21,11 +21,11 @@ import hashlib
 import os
 import uuid
 from dataclasses import dataclass
-from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
 
 from orchestrator.run.store import RunStore
+from orchestrator.run.workspace import Workspace
 from workers import atomic
 from workers.effects import Ledger, Write, writes
 from workers.fence import UNFENCED, Fence
@@ -48,10 +48,10 @@ class Repeats(BaseModel):
     asked: list[Repeat] = []
 
 
-def workspace_id(workspace: Path) -> str:
+def workspace_id(workspace: Workspace) -> str:
     """The workspace's id, made the first time it is asked for (every machine that sees
     the workspace reads the same one; its path may differ between them)."""
-    path = workspace / FOLDER / "id"
+    path = workspace.root / FOLDER / "id"
     path.parent.mkdir(parents=True, exist_ok=True)
     with contextlib.suppress(FileExistsError):
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
@@ -67,22 +67,22 @@ def text_hash(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
 
 
-def repeats(workspace: Path, ticket: str) -> Repeats:
+def repeats(workspace: Workspace, ticket: str) -> Repeats:
     """The repeats asked for `ticket` (none when its file is missing or unreadable)."""
     try:
         return Repeats.model_validate_json(
-            (workspace / FOLDER / "repeats" / f"{ticket}.json").read_bytes()
+            (workspace.root / FOLDER / "repeats" / f"{ticket}.json").read_bytes()
         )
     except (FileNotFoundError, ValidationError):
         return Repeats()
 
 
-def repeat(workspace: Path, ticket: str, by: str, run_id: str) -> Repeat:
+def repeat(workspace: Workspace, ticket: str, by: str, run_id: str) -> Repeat:
     """Record that `by` asked for `ticket`'s writes to be made again (its keys change)."""
     asked = repeats(workspace, ticket)
     made = Repeat(by=by, at=now_iso(), run_id=run_id)
     asked.asked.append(made)
-    path = workspace / FOLDER / "repeats" / f"{ticket}.json"
+    path = workspace.root / FOLDER / "repeats" / f"{ticket}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic.write_text(path, asked.model_dump_json(indent=1))
     return made
@@ -112,18 +112,18 @@ class History:
         }
 
 
-def history(workspace: Path, ticket: str, text: str, agent: str) -> History:
+def history(workspace: Workspace, ticket: str, text: str, agent: str) -> History:
     """The history the calls of `agent` about `ticket` (with this text) belong to."""
     count = len(repeats(workspace, ticket).asked)
     return History(workspace_id(workspace), ticket, text_hash(text), count, agent)
 
 
-def ledger(workspace: Path, run_id: str, made: History, fence: Fence = UNFENCED) -> Ledger:
+def ledger(workspace: Workspace, run_id: str, made: History, fence: Fence = UNFENCED) -> Ledger:
     """The workspace's ledger as one agent of a run writes to it."""
-    return Ledger(workspace / FOLDER / "writes", run_id, made.labels(), fence)
+    return Ledger(workspace.root / FOLDER / "writes", run_id, made.labels(), fence)
 
 
-def of_ticket(workspace: Path, store: RunStore, ticket: str) -> list[Write]:
+def of_ticket(workspace: Workspace, store: RunStore, ticket: str) -> list[Write]:
     """The ledger's writes that a new run of `ticket` (as `store` claimed it) would meet
     under the same keys: same text, same number of repeats."""
     try:
@@ -133,7 +133,7 @@ def of_ticket(workspace: Path, store: RunStore, ticket: str) -> list[Write]:
     count = len(repeats(workspace, ticket).asked)
     return [
         w
-        for w in writes(workspace / FOLDER / "writes")
+        for w in writes(workspace.root / FOLDER / "writes")
         if w.labels.get("ticket") == ticket
         and w.labels.get("text") == text
         and w.labels.get("repeats") == count

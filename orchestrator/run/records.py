@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator.run.outline import REPORTED_NODES
 from workers.pricing import PriceTable
@@ -37,13 +37,21 @@ class TicketStatus(StrEnum):
     AWAITING_APPROVAL = "awaiting_approval"  # a tool call of its worker waits for a person
 
 
-class RunPhase(StrEnum):
-    """Where the run as a whole is."""
+class RunStatus(StrEnum):
+    """Where the graph run as a whole is (run.json's `status`; an agent run's is the
+    harness's AgentStatus, workers/state.py)."""
 
     RUNNING = "running"
     STOPPED = "stopped_early"
     DONE = "done"
     CRASHED = "crashed"
+
+
+class NodeStatus(StrEnum):
+    """Where one node of the graph is (run-state.json's nodes.<node>.status)."""
+
+    RUNNING = "running"
+    OK = "ok"
 
 
 class NodeRecord(BaseModel):
@@ -52,7 +60,7 @@ class NodeRecord(BaseModel):
     ms: int = 0
     calls: int = 0
     tokens: int = 0
-    status: str = "running"
+    status: NodeStatus = NodeStatus.RUNNING
     rounds: int | None = None
     started: float | None = None  # epoch seconds, so any machine can close the node
     error: str | None = None
@@ -63,14 +71,14 @@ class NodeRecord(BaseModel):
     @property
     def done(self) -> bool:
         """True once the node has been closed."""
-        return self.status == "ok"
+        return self.status is NodeStatus.OK
 
     def close(
         self, calls: int = 0, tokens: int = 0, rounds: int | None = None, usage: Any = None
     ) -> None:
         """Close the node with its totals; its time runs from its start to now."""
         self.ms = round((time.time() - (self.started or time.time())) * 1000)
-        self.calls, self.tokens, self.rounds, self.status = calls, tokens, rounds, "ok"
+        self.calls, self.tokens, self.rounds, self.status = calls, tokens, rounds, NodeStatus.OK
         if usage is not None:
             self.cost_usd, self.estimated = usage.cost_usd, usage.estimated
             self.waited = usage.waited
@@ -240,11 +248,16 @@ def ticket_spend(record: Mapping[str, Any]) -> StepUsage:
 class RoleSettings(BaseModel):
     """A role's own settings (the router's, a worker's) where they differ from [harness]."""
 
+    # Per agent run (stored as `budget_usd`); the graph run's is `run_budget_usd`.
+    model_config = ConfigDict(
+        validate_by_name=True, validate_by_alias=True, serialize_by_alias=True
+    )
+
     model: str | None = None
     max_tokens: int | None = None
     temperature: float | None = None
     max_turns: int | None = None
-    budget_usd: float | None = None
+    agent_budget_usd: float | None = Field(default=None, alias="budget_usd", title="Budget Usd")
     prompt: str | None = None  # the system prompt's text, read from its prompt_file
 
 
@@ -267,6 +280,11 @@ class WorkerSpec(RoleSettings):
 
 class RunConfig(BaseModel):
     """The run's effective configuration, fixed at submit time so every worker agrees."""
+
+    # `agent_budget_usd` is per agent run (stored as `budget_usd`), `run_budget_usd` per graph run.
+    model_config = ConfigDict(
+        validate_by_name=True, validate_by_alias=True, serialize_by_alias=True
+    )
 
     categories: list[str]
     pool_size: int
@@ -293,7 +311,7 @@ class RunConfig(BaseModel):
     max_chars: int = 4000
     model: str
     max_turns: int
-    budget_usd: float | None  # per agent run
+    agent_budget_usd: float | None = Field(alias="budget_usd", title="Budget Usd")
     # What the whole run, and one ticket, may spend across every worker (coordination/budget.py).
     run_budget_usd: float | None = None
     ticket_budget_usd: float | None = None
@@ -383,7 +401,7 @@ class RunMeta(BaseModel):
     started_at: str
     updated_at: str
     workspace: str
-    status: RunPhase = RunPhase.RUNNING
+    status: RunStatus = RunStatus.RUNNING
     exit_code: int | None = None
     error: str | None = None
     config: RunConfig
@@ -392,7 +410,7 @@ class RunMeta(BaseModel):
     budget: BudgetTotals | None = None  # the run's budget ledger as last copied
     totals: RunTotals | None = None  # set when the run ends, cleared when it is resumed
 
-    def end(self, status: RunPhase, exit_code: int | None, error: str | None = None) -> None:
+    def end(self, status: RunStatus, exit_code: int | None, error: str | None = None) -> None:
         """Set where the run ended and the exit code cron will see (run/ending.py ends a
         run; a claim that has not finished reads crashed until it does)."""
         self.status, self.exit_code, self.error = status, exit_code, error
@@ -400,7 +418,7 @@ class RunMeta(BaseModel):
     def reopen(self) -> None:
         """Set the run running again (a claim finished, or `resume`): no exit code, no
         error, and no totals (they are counted again when it ends)."""
-        self.status, self.exit_code, self.error, self.totals = RunPhase.RUNNING, None, None, None
+        self.status, self.exit_code, self.error, self.totals = RunStatus.RUNNING, None, None, None
 
 
 class RunRecord(RunMeta):

@@ -31,6 +31,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from orchestrator.errors import ConfigError
+from orchestrator.run.workspace import Workspace
 
 KEYS = "keys"  # the workspace's folder of trusted public halves
 SETUP = "`ticketgraph keys init` in the workspace makes your key pair and trusts its public half"
@@ -79,7 +80,7 @@ def own_key() -> Ed25519PrivateKey | None:
     return key
 
 
-def set_up(workspace: Path, user: str | None = None) -> list[str]:
+def set_up(workspace: Workspace, user: str | None = None) -> list[str]:
     """Make this user's key pair if there is none, and trust its public half in
     `workspace`; what was done, a line each."""
     user = user or user_name()
@@ -98,11 +99,13 @@ def set_up(workspace: Path, user: str | None = None) -> list[str]:
             handle.write(pem)
         done.append(f"signing key made: {path} (private: keep it where people decide)")
     public = key.public_key()
-    name = workspace / KEYS / f"{_safe(user)}.{key_id(public)}.pub"
+    name = workspace.root / KEYS / f"{_safe(user)}.{key_id(public)}.pub"
     if key_id(public) not in trusted(workspace, own_folder=True):
         name.parent.mkdir(parents=True, exist_ok=True)
         name.write_text(f"ed25519 {base64.b64encode(_raw(public)).decode()} {user}\n")
-        done.append(f"public half trusted: {name.relative_to(workspace)} (copy it to every worker)")
+        done.append(
+            f"public half trusted: {name.relative_to(workspace.root)} (copy it to every worker)"
+        )
     return done
 
 
@@ -110,11 +113,11 @@ def _safe(user: str) -> str:
     return "".join(c if c.isalnum() or c in "-_" else "_" for c in user) or "user"
 
 
-def trusted(workspace: Path, own_folder: bool = False) -> dict[str, Ed25519PublicKey]:
+def trusted(workspace: Workspace, own_folder: bool = False) -> dict[str, Ed25519PublicKey]:
     """The public halves decisions are verified with, by key id: the workspace's keys/
     (or the folder TICKETGRAPH_TRUSTED_KEYS names, unless `own_folder`)."""
     named = os.environ.get("TICKETGRAPH_TRUSTED_KEYS")
-    folder = Path(named) if named and not own_folder else workspace / KEYS
+    folder = Path(named) if named and not own_folder else workspace.root / KEYS
     found: dict[str, Ed25519PublicKey] = {}
     for path in sorted(folder.glob("*.pub")) if folder.is_dir() else []:
         try:
@@ -126,7 +129,7 @@ def trusted(workspace: Path, own_folder: bool = False) -> dict[str, Ed25519Publi
     return found
 
 
-def signer(workspace: Path) -> Ed25519PrivateKey:
+def signer(workspace: Workspace) -> Ed25519PrivateKey:
     """The private half this user signs decisions with; `ConfigError` (exit 78) saying how
     to set one up when there is none, or the workspace does not trust it."""
     key = own_key()
@@ -135,7 +138,7 @@ def signer(workspace: Path) -> Ed25519PrivateKey:
     if key_id(key.public_key()) not in trusted(workspace, own_folder=True):
         raise ConfigError(
             f"the workspace does not trust your signing key ({private_path()}): its public "
-            f"half is not in {workspace / KEYS}; {SETUP}"
+            f"half is not in {workspace.root / KEYS}; {SETUP}"
         )
     return key
 
@@ -152,7 +155,7 @@ def sign(key: Ed25519PrivateKey, fields: dict[str, Any]) -> tuple[str, str]:
     return kid, base64.b64encode(signature).decode()
 
 
-def flaw(workspace: Path, fields: dict[str, Any]) -> str | None:
+def flaw(workspace: Workspace, fields: dict[str, Any]) -> str | None:
     """Why a decision's signature does not count, or None if it verifies with a trusted key."""
     kid, signature = fields.get("key_id"), fields.get("signature")
     if not kid or not signature:

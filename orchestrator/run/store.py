@@ -40,6 +40,7 @@ from orchestrator.run.records import (
     TicketRecord,
     TicketStatus,
 )
+from orchestrator.run.workspace import Workspace
 from workers import atomic
 from workers.fence import UNFENCED, Fence
 from workers.trace import Tracer, now_iso
@@ -516,14 +517,14 @@ def link_latest(workspace_root: Path, store: RunStore) -> None:
         os.replace(tmp, link)
 
 
-def find(workspace_root: Path, run_id: str) -> RunStore:
+def find(workspace: Workspace, run_id: str) -> RunStore:
     """The store of `run_id` in this workspace; `RunStateError` if there is none (a run id
     that is not a plain name, e.g. `../elsewhere/x`, never becomes a path)."""
     try:
         ids.run(run_id)
     except RunStateError as exc:
         raise UsageError(str(exc)) from None
-    store = RunStore(workspace_root / "runs" / run_id)
+    store = RunStore(workspace.runs / run_id)
     if not store.meta_path.exists():
-        raise UsageError(f"no run {run_id!r} under {workspace_root / 'runs'} (see `ls runs/`)")
+        raise UsageError(f"no run {run_id!r} under {workspace.runs} (see `ls runs/`)")
     return store

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pydantic import BaseModel, ValidationError
 
 from orchestrator.errors import RunStateError
-from orchestrator.run.records import RunMeta, RunPhase, RunTotals, spent
+from orchestrator.run.records import RunMeta, RunStatus, RunTotals, spent
 from orchestrator.run.store import ROUTE_NODE, RunStore
 from workers import atomic
 from workers.usage import RunUsage
@@ -124,7 +124,7 @@ def recount(store: RunStore) -> None:
     store = RunStore(store.dir)
     with store.locked():
         meta = store.meta()
-        if meta.status is RunPhase.RUNNING:
+        if meta.status is RunStatus.RUNNING:
             return
         before = (meta.totals, meta.budget)
         count(store, meta)

@@ -21,7 +21,7 @@ from workers import loop
 from workers.model.client import ModelClient, RequestParams
 from workers.provider.cassette import MISS
 from workers.settings import HarnessSettings
-from workers.state import Interruption, RunState, RunStatus, new_run
+from workers.state import AgentStatus, Interruption, RunState, new_run
 from workers.tools import Catalog, Tool, ToolScope
 from workers.trace import Tracer
 
@@ -41,7 +41,7 @@ class AgentResult:
     """What a node needs from an agent run: the text, how it ended, and what it cost."""
 
     text: str | None
-    status: RunStatus
+    status: AgentStatus
     error: str | None
     usage: StepUsage
     retryable: bool = False
@@ -61,14 +61,14 @@ class AgentResult:
         if self.stopped_by is not None and self.stopped_by.startswith(CANCELLED):
             return "cancelled"
         return {
-            RunStatus.MAX_TURNS_EXCEEDED: "max_turns",
-            RunStatus.BUDGET_EXCEEDED: "budget",
+            AgentStatus.MAX_TURNS_EXCEEDED: "max_turns",
+            AgentStatus.BUDGET_EXCEEDED: "budget",
         }.get(self.status, "worker_failed")
 
     @property
     def ok(self) -> bool:
         """True if the agent completed with an answer."""
-        return self.status is RunStatus.COMPLETED and bool(self.text)
+        return self.status is AgentStatus.COMPLETED and bool(self.text)
 
 
 def run_agent(
@@ -116,7 +116,7 @@ def run_agent(
     state = loop.run(state, harness)
     stopped_by = (
         state.interruption.reason
-        if state.status is RunStatus.INTERRUPTED and state.interruption is not None
+        if state.status is AgentStatus.INTERRUPTED and state.interruption is not None
         else None
     )
     error = state.error or _stop_reason(state)
@@ -168,14 +168,14 @@ def _run_budget(state: RunState) -> bool:
 def _cut_off(state: RunState) -> str | None:
     """The text of the reply a run failed on for being cut off at max_tokens (twice): what
     a caller that can use part of an answer (the router's lines) still reads."""
-    if state.status is not RunStatus.FAILED or not state.truncated or not state.messages:
+    if state.status is not AgentStatus.FAILED or not state.truncated or not state.messages:
         return None
     last = state.messages[-1]
     return last.content if last.role == "assistant" and not last.tool_calls else None
 
 
 def _waits(state: RunState) -> bool:
-    stopped = state.status is RunStatus.INTERRUPTED and state.interruption is not None
+    stopped = state.status is AgentStatus.INTERRUPTED and state.interruption is not None
     return stopped and state.interruption.type == "approval"  # type: ignore[union-attr]
 
 
@@ -191,10 +191,10 @@ def _unapplied(
     or the call expired and the ticket ends `approval_expired`."""
     usage = StepUsage(calls=0, tokens=0, cost_usd=0.0)
     if unapplied.again is None:
-        return AgentResult(None, RunStatus.FAILED, unapplied.why, usage, stopped_by=EXPIRED)
-    state.status, state.interruption = RunStatus.INTERRUPTED, unapplied.again
+        return AgentResult(None, AgentStatus.FAILED, unapplied.why, usage, stopped_by=EXPIRED)
+    state.status, state.interruption = AgentStatus.INTERRUPTED, unapplied.again
     state.save(state_path, fence=ctx.store.fence)
-    return AgentResult(None, RunStatus.INTERRUPTED, unapplied.why, usage, waiting=unapplied.again)
+    return AgentResult(None, AgentStatus.INTERRUPTED, unapplied.why, usage, waiting=unapplied.again)
 
 
 @dataclass
@@ -225,13 +225,13 @@ def role_of(config: RunConfig, role: str) -> Role:
     own: RoleSettings = config.workers.get(role) or config.roles.get(role, RoleSettings())
     if role == "router":
         max_tokens, temperature = config.router_max_tokens, config.router_temperature
-        model, budget = config.router_model or config.model, config.budget_usd
+        model, budget = config.router_model or config.model, config.agent_budget_usd
     elif role == "evaluator":
         max_tokens, temperature = config.evaluator_max_tokens, config.evaluator_temperature
         model, budget = config.evaluator_model or config.model, config.evaluator_budget_usd
     else:
         max_tokens, temperature = config.max_tokens, config.temperature
-        model, budget = config.model, config.budget_usd
+        model, budget = config.model, config.agent_budget_usd
     params = RequestParams(
         max_tokens=own.max_tokens or max_tokens,
         temperature=temperature if own.temperature is None else own.temperature,
@@ -241,7 +241,7 @@ def role_of(config: RunConfig, role: str) -> Role:
         model=own.model or model,
         params=params,
         max_turns=own.max_turns or config.max_turns,
-        budget_usd=own.budget_usd or budget,
+        budget_usd=own.agent_budget_usd or budget,
         # A worker's prompt is its caller's to give (steps/draft.py: its own, or an angle's).
         prompt=None if role in config.workers else own.prompt or None,
     )
@@ -285,7 +285,7 @@ def shared_client(llm: HarnessSettings, r: redis.Redis | None = None) -> ModelCl
 
 
 def _stop_reason(state: RunState) -> str | None:
-    if state.status is RunStatus.COMPLETED:
+    if state.status is AgentStatus.COMPLETED:
         return None if state.output else "the agent completed with an empty answer"
     if state.interruption is not None and state.interruption.reason:
         if _run_budget(state):

@@ -20,7 +20,7 @@ from orchestrator.run import approvals
 from orchestrator.run.records import (
     NodeRecord,
     RunMeta,
-    RunPhase,
+    RunStatus,
     StepUsage,
     TicketRecord,
     TicketStatus,
@@ -78,10 +78,10 @@ class Context:
         """True if the run is no longer running. While it runs, one stat of run.json: it is
         read again only if it changed since `meta` read it."""
         seen = self.__dict__.get("meta")  # read by this step (cached_property's slot)
-        running = seen is not None and seen.status is RunPhase.RUNNING
+        running = seen is not None and seen.status is RunStatus.RUNNING
         if running and self._meta_read is not None and self._meta_read == self.store.meta_version():
             return False
-        return self.store.meta().status is not RunPhase.RUNNING
+        return self.store.meta().status is not RunStatus.RUNNING
 
     def tracer(self, **fields: object) -> Tracer:
         """A tracer for this run with the step's node (and any `fields`) on every line."""

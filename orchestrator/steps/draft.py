@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.config import declarations
+from orchestrator.config.workspace import Workspace
 from orchestrator.run import ledger as effect_ledger
 from orchestrator.run.records import StepUsage, TicketRecord, TicketStatus, Vote
 from orchestrator.steps import agent, approval, prompts, routing, voting
@@ -91,10 +92,10 @@ def worker(
     with its declared tools over its readable files, and its prompt (or `angle`'s); review's
     rewrites use it too."""
     spec = ctx.meta.config.workers[category]
-    workspace = Path(ctx.meta.workspace)
+    workspace = Workspace(Path(ctx.meta.workspace))
     declared = declarations.load(workspace, ctx.meta.config)
     made = effect_ledger.history(workspace, ticket_id, ctx.ticket_text(ticket_id), name)
-    scope = ToolScope(ticket_id, Sandbox(workspace, spec.reads), _recorder(ctx), made.base())
+    scope = ToolScope(ticket_id, Sandbox(workspace.root, spec.reads), _recorder(ctx), made.base())
     scope.ledger = effect_ledger.ledger(workspace, ctx.store.run_id, made, ctx.store.fence)
     if made.repeats:
         asked = effect_ledger.repeats(workspace, ticket_id).asked[-1]

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from orchestrator.config import declarations
 from orchestrator.config.tables import CHECKS
+from orchestrator.config.workspace import Workspace
 from orchestrator.run.records import RunConfig
 from workers import atomic
 
@@ -91,7 +92,7 @@ class Rules:
     ticket: TicketView | None = None
 
 
-def rules_for(config: RunConfig, workspace: Path, ticket: TicketView) -> Rules:
+def rules_for(config: RunConfig, workspace: Workspace, ticket: TicketView) -> Rules:
     """The gate's settings for one ticket of a run (`config`), with the workspace's own
     checks imported: what review and the vote between angles both judge by."""
     own: tuple[OwnCheck, ...] = ()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from orchestrator.config.workspace import Workspace
 from orchestrator.run import ids
 from orchestrator.run.records import TicketStatus
 from orchestrator.steps import report
@@ -33,7 +34,7 @@ def _publish(ctx: Context, drafted: list[str]) -> None:
     summaries, and review writes both into each ticket's record when it takes it.
     """
     ctx.open_node()
-    workspace = Path(ctx.meta.workspace)
+    workspace = Workspace(Path(ctx.meta.workspace))
     summaries: dict[str, str] = {}
     links: list[tuple[Path, Path]] = []
     sizes: dict[str, int] = {}

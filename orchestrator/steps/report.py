@@ -17,8 +17,8 @@ from orchestrator.run.records import (
     FAILED_STOPS,
     BudgetTotals,
     NodeRecord,
-    RunPhase,
     RunRecord,
+    RunStatus,
     TicketRecord,
     TicketStatus,
     Vote,
@@ -82,9 +82,9 @@ def node_table(record: RunRecord) -> list[str]:
 
 def _node_status(record: RunRecord, node: NodeRecord) -> str:
     """A node's status; one left open by a run that is no longer running stopped with it."""
-    if node.done or record.status is RunPhase.RUNNING:
+    if node.done or record.status is RunStatus.RUNNING:
         return node.status
-    return "crashed" if record.status is RunPhase.CRASHED else "stopped"
+    return "crashed" if record.status is RunStatus.CRASHED else "stopped"
 
 
 def usd(amount: float, estimated: int = 0) -> str:
@@ -130,7 +130,7 @@ def paid(record: RunRecord) -> dict[str, Any]:
     """The run's model calls, tokens and USD (`calls`, `tokens`, `cost_usd`): once it
     ended, its totals (run/totals.py: what its agents saved, however it ended); while it
     runs, what its nodes and its tickets' records say so far."""
-    if record.status is not RunPhase.RUNNING and record.totals is not None:
+    if record.status is not RunStatus.RUNNING and record.totals is not None:
         return record.totals.model_dump(include={"calls", "tokens", "cost_usd"})
     nodes = {name: node.model_dump() for name, node in record.nodes.items()}
     tickets = (t.total() for t in record.tickets.values())
@@ -305,7 +305,7 @@ def report(ctx: Context) -> int:
     """Render the report and return the exit code of the run's verdict (the task layer
     ends the run with it)."""
     meta = ctx.store.meta()
-    if meta.status is RunPhase.DONE and meta.exit_code is not None:
+    if meta.status is RunStatus.DONE and meta.exit_code is not None:
         return meta.exit_code
     ctx.open_node()
     if ctx.redis is not None:

@@ -9,6 +9,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from orchestrator.config.workspace import Workspace
 from orchestrator.run import ids
 from orchestrator.run.records import StepUsage, TicketRecord, TicketStatus
 from orchestrator.steps import agent, gate, prompts, report, routing, voting
@@ -97,7 +98,7 @@ class ReviewLoop:
     def __init__(self, ctx: Context, ticket_id: str, ticket: TicketRecord, trace: Tracer) -> None:
         self.ctx, self.ticket_id, self.ticket, self.trace = ctx, ticket_id, ticket, trace
         self.config = ctx.meta.config
-        self.path = ids.out_file(Path(ctx.meta.workspace), ticket_id)
+        self.path = ids.out_file(Workspace(Path(ctx.meta.workspace)), ticket_id)
         self.text = self.path.read_text(encoding="utf-8").strip()
         self.rounds, self.usage = 0, StepUsage()
         self.reports: list[str] = []
@@ -141,7 +142,7 @@ class ReviewLoop:
     def rules(self) -> gate.Rules:
         """The gate's settings for this ticket (with the workspace's own checks)."""
         view = gate.TicketView(self.ticket_id, self.ticket_text, self.ticket.category)
-        return gate.rules_for(self.config, Path(self.ctx.meta.workspace), view)
+        return gate.rules_for(self.config, Workspace(Path(self.ctx.meta.workspace)), view)
 
     def check(self) -> gate.GateResult:
         """Gate the current text and trace the verdict of this round."""

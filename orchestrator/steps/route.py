@@ -23,7 +23,7 @@ from orchestrator.run.store import ROUTER
 from orchestrator.steps import agent, batches, prompts, routing
 from orchestrator.steps.agent import AgentResult
 from orchestrator.steps.context import Context, Stop
-from workers.state import RunStatus
+from workers.state import AgentStatus
 from workers.trace import Tracer
 
 UNROUTED = "unrouted"  # the stop of a ticket the router named no category for, alone too
@@ -137,7 +137,7 @@ def _text(result: AgentResult, round_: int) -> str:
     """The reply to read (an empty one names no ticket; one cut off at max_tokens is read
     as far as it goes); a call that failed raises `RouteFailed` unless it was a re-ask that
     a retry cannot mend, whose tickets count as left out."""
-    if result.status is RunStatus.COMPLETED:
+    if result.status is AgentStatus.COMPLETED:
         return result.text or ""
     if result.cut_off is not None:  # its last line may stop mid-label: it is asked again
         return result.cut_off.rpartition("\n")[0]

@@ -17,6 +17,7 @@ import dataclasses
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from orchestrator.config.workspace import Workspace
 from orchestrator.run.records import Candidate, StepUsage, Vote
 from orchestrator.steps import gate
 from orchestrator.steps.agent import AgentResult
@@ -45,7 +46,7 @@ def vote(
         if result.waiting is not None or (not result.ok and result.retryable):
             return _with_all(result, results.values()), None  # resume takes the vote up
     ticket = gate.TicketView(ticket_id, ctx.ticket_text(ticket_id), category)
-    rules = gate.rules_for(ctx.meta.config, Path(ctx.meta.workspace), ticket)
+    rules = gate.rules_for(ctx.meta.config, Workspace(Path(ctx.meta.workspace)), ticket)
     candidates = [
         _candidate(angle, results[angle], task, rules, ctx.store.agent_path(ticket_id, step(angle)))
         for angle in angles

@@ -26,7 +26,7 @@ from orchestrator.coordination import control, events, keys
 from orchestrator.errors import BrokerUnavailable, UsageError
 from orchestrator.exit_codes import ExitCode
 from orchestrator.run import cancels, ending, lease, totals
-from orchestrator.run.records import Cancel, RunPhase, TicketStatus
+from orchestrator.run.records import Cancel, RunStatus, TicketStatus
 from orchestrator.run.store import RunStore
 
 RUN_ENDED = "run_cancelled"  # the trace event of a whole run cancelled
@@ -62,7 +62,7 @@ def cancel(
         if ticket not in records:
             raise UsageError(f"run {store.run_id} has no ticket {ticket}")
     meta = store.meta()
-    if meta.status is RunPhase.DONE:
+    if meta.status is RunStatus.DONE:
         return Outcome(finished=f"exit {meta.exit_code}")
     outcome = Outcome()
     if tickets:

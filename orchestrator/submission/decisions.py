@@ -6,13 +6,17 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from orchestrator.run import approvals, signing
 from orchestrator.run.approvals import Standing
 from orchestrator.run.store import RunStore, find
 
+if TYPE_CHECKING:
+    from orchestrator.config.workspace import Workspace
 
-def pending_text(workspace: Path, as_json: bool) -> str:
+
+def pending_text(workspace: Workspace, as_json: bool) -> str:
     """Every call a person can decide now, for a person or (`as_json`) a program."""
     waiting = approvals.pending(workspace)
     if as_json:
@@ -50,7 +54,7 @@ def describe(waiting: Standing) -> list[str]:
 
 
 def decide(
-    workspace: Path,
+    workspace: Workspace,
     run_id: str,
     ticket: str,
     call_id: str | None,
@@ -72,7 +76,9 @@ def decide(
         args_hash=made.args_hash,
     )
     verdict = "approved" if approved else "rejected"
-    where = "" if workspace.resolve() == Path.cwd().resolve() else f" --workspace {workspace}"
+    where = (
+        "" if workspace.root.resolve() == Path.cwd().resolve() else f" --workspace {workspace.root}"
+    )
     return (
         f"{verdict}: {run_id} {ticket} {made.tool} (call {made.call_id}) by {made.by}\n"
         f"next: ticketgraph resume {run_id}{where}\n"
@@ -80,7 +86,7 @@ def decide(
 
 
 def requeue(
-    workspace: Path,
+    workspace: Workspace,
     run_id: str,
     tickets: list[str],
     by: str | None,
@@ -93,7 +99,6 @@ def requeue(
     `RunBusy` while the run is being worked on; `UsageError` naming what they set in motion
     (a write its tools made, a call that waits for a decision) and what the next run would
     do with each write, unless `force` (or `repeat_writes`, which asks for the writes)."""
-    from orchestrator.config.workspace import Workspace
     from orchestrator.errors import UsageError
     from orchestrator.intake import claims, journal
     from orchestrator.people import effects
@@ -106,7 +111,7 @@ def requeue(
         fates = [f"{line} (next run: {fate})" for line, fate in _fates(workspace, store, chosen)]
         raise UsageError(effects.refusal(run_id, again, fates))
     names = claims.names_of(store, tickets)
-    done = claims.requeue(Workspace(workspace), store, names)
+    done = claims.requeue(workspace, store, names)
     journal.requeued(store)  # a claim that never finished, emptied: no longer stranded
     left = sorted(done.taken + done.back + done.gone)
     store.tracer(node="requeue").emit("requeued", by=by or _user(), files=done.moved, left=left)
@@ -125,7 +130,7 @@ def requeue(
     return "".join(f"{line}\n" for line in lines)
 
 
-def _fates(workspace: Path, store: RunStore, tickets: list[str]) -> list[tuple[str, str]]:
+def _fates(workspace: Workspace, store: RunStore, tickets: list[str]) -> list[tuple[str, str]]:
     """Each write the ledger holds for `tickets` and what a new run would do with it."""
     from orchestrator.run import ledger
 
@@ -137,7 +142,7 @@ def _fates(workspace: Path, store: RunStore, tickets: list[str]) -> list[tuple[s
 
 
 def writes_text(
-    workspace: Path, store: RunStore, tickets: list[str], by: str, repeat_writes: bool
+    workspace: Workspace, store: RunStore, tickets: list[str], by: str, repeat_writes: bool
 ) -> list[str]:
     """What the next run does with each write the requeued tickets made (the ledger's
     answer, or running again), a line each; with `repeat_writes`, recorded (and traced)
@@ -156,7 +161,7 @@ def writes_text(
 
 
 def cancel(
-    workspace: Path,
+    workspace: Workspace,
     run_id: str,
     tickets: list[str],
     by: str | None,
@@ -195,7 +200,9 @@ def cancel(
     else:
         lines.append(f"recorded, not delivered live: {done.undelivered}")
         lines.append(_LATE)
-    where = "" if workspace.resolve() == Path.cwd().resolve() else f" --workspace {workspace}"
+    where = (
+        "" if workspace.root.resolve() == Path.cwd().resolve() else f" --workspace {workspace.root}"
+    )
     again = "the run" if whole else "those tickets"
     lines.append(f"next: ticketgraph resume {run_id}{where} goes on with {again}")
     return "\n".join(lines) + "\n"

@@ -8,7 +8,7 @@ from typing import Literal
 
 from orchestrator.plan.steps import Plan, Step
 from orchestrator.run import approvals, cancels
-from orchestrator.run.records import FAILED_STOPS, Cancel, RunPhase, TicketStatus, WaitingCall
+from orchestrator.run.records import FAILED_STOPS, Cancel, RunStatus, TicketStatus, WaitingCall
 from orchestrator.run.store import ROUTER, RunStore
 from workers.state import RunState
 from workers.state import retry as retry_state
@@ -44,7 +44,7 @@ def reopen(
     taken.retried = [] if retry == "none" else _retry_failed(store, plan, force=retry == "all")
     again = taken.retried + taken.decided
     with store.update_meta() as meta:
-        if meta.status is not RunPhase.DONE or again:
+        if meta.status is not RunStatus.DONE or again:
             meta.reopen()
             meta.config.stop_after = None
         meta.cancel = None

@@ -41,7 +41,7 @@ def start(workspace: Workspace, settings: GraphSettings, plan: Plan) -> RunStore
     run_config = layers.run_config(workspace, effective, settings, llm)
     run_config.nodes = plan.reported_nodes
     # The tools and checks it declares, imported now: one that cannot be is exit 78 here.
-    run_config.fingerprint = declarations.load(workspace.root, run_config).fingerprint
+    run_config.fingerprint = declarations.load(workspace, run_config).fingerprint
     endpoint.require(workspace, settings, llm)
     if stuck := journal.stranded(workspace):
         raise ClaimStranded(journal.stranded_message(stuck))

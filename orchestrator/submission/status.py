@@ -19,8 +19,8 @@ from orchestrator.run.records import (
     FAILED_STOPS,
     BudgetTotals,
     Cancel,
-    RunPhase,
     RunRecord,
+    RunStatus,
     TicketStatus,
     WaitingCall,
 )
@@ -85,15 +85,15 @@ class RunRow(BaseModel):
     duration_s: float | None
 
 
-def find(workspace: Path, run_id: str | None) -> RunStore:
+def find(workspace: Workspace, run_id: str | None) -> RunStore:
     """Run `run_id` of the workspace, or its newest; `UsageError` if there is no such run
     (or no workspace)."""
-    Workspace(workspace).require()
+    workspace.require()
     if run_id:
         return store.find(workspace, run_id)
-    runs = sorted(p.parent.name for p in (workspace / "runs").glob("*/run.json"))
+    runs = sorted(p.parent.name for p in (workspace.runs).glob("*/run.json"))
     if not runs:
-        raise UsageError(f"no runs under {workspace / 'runs'} yet")
+        raise UsageError(f"no runs under {workspace.runs} yet")
     return store.find(workspace, runs[-1])
 
 
@@ -103,8 +103,8 @@ def verdict(record: RunRecord) -> Verdict:
 
 
 def verdict_of(status: str, exit_code: int | None) -> Verdict:
-    """The outcome of a run with this status (RunPhase's value) and exit code, as one word."""
-    if status == RunPhase.RUNNING.value:
+    """The outcome of a run with this status (RunStatus's value) and exit code, as one word."""
+    if status == RunStatus.RUNNING.value:
         return "running"
     return {
         ExitCode.ALL_PASS: "all_pass",
@@ -158,7 +158,7 @@ def document(
         by_status=dict(Counter(t.status.value for t in record.tickets.values())),
         cost_usd=report.cost(record),
         duration_s=duration_s(record),
-        report=str(report_file) if record.status is RunPhase.DONE else None,
+        report=str(report_file) if record.status is RunStatus.DONE else None,
         awaiting_approval=waiting(record),
         cancel=record.cancel,
         handled=list((handled or {}).values()),
@@ -201,12 +201,12 @@ def schema() -> dict[str, Any]:
     return RunDocument.model_json_schema()
 
 
-def recent(workspace: Path, limit: int) -> list[RunRow]:
+def recent(workspace: Workspace, limit: int) -> list[RunRow]:
     """The workspace's newest `limit` runs, newest first; a run whose files cannot be read
     is listed with status `unreadable` rather than hiding the others. `UsageError` if the
     folder is not a workspace."""
-    Workspace(workspace).require()
-    ids = sorted((p.parent.name for p in (workspace / "runs").glob("*/run.json")), reverse=True)
+    workspace.require()
+    ids = sorted((p.parent.name for p in (workspace.runs).glob("*/run.json")), reverse=True)
     rows = []
     for run_id in ids[:limit]:
         try:

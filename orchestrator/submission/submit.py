@@ -33,7 +33,7 @@ from orchestrator.errors import (
 from orchestrator.exit_codes import ExitCode
 from orchestrator.plan import canvas, tasks
 from orchestrator.run import ending, lease
-from orchestrator.run.records import RunPhase
+from orchestrator.run.records import RunStatus
 from orchestrator.run.store import RunStore
 from orchestrator.steps import report
 from orchestrator.submission import cancel
@@ -69,7 +69,7 @@ def execute(
     try:
         return _execute_held(store, settings, llm, on_event, held)
     finally:
-        if not distributed or store.meta().status is not RunPhase.RUNNING:
+        if not distributed or store.meta().status is not RunStatus.RUNNING:
             held.release()  # a distributed run still going on keeps it, touched by its tasks
 
 
@@ -81,7 +81,7 @@ def _execute_held(
     held: lease.Lease,
 ) -> int:
     meta = store.meta()
-    if meta.status is RunPhase.DONE and meta.exit_code is not None:
+    if meta.status is RunStatus.DONE and meta.exit_code is not None:
         return meta.exit_code
     distributed = bool(settings.broker_url)
     end: Event | None = None
@@ -109,7 +109,7 @@ def _execute_held(
     except Exception as exc:
         # A failure after the run ended (tearing its embedded workers down, say) is said,
         # and the verdict the run recorded stands; a running run ends crashed.
-        if store.meta().status is not RunPhase.RUNNING:
+        if store.meta().status is not RunStatus.RUNNING:
             print(
                 f"ticketgraph: after run {store.run_id} ended: {ending.crash_text(exc)}",
                 file=sys.stderr,
@@ -188,7 +188,7 @@ def _submit_and_wait(
         if event is not None and event["event"] == "run_end":
             budget.snapshot(r, store)
             return event
-        if event is None and store.meta().status is not RunPhase.RUNNING:
+        if event is None and store.meta().status is not RunStatus.RUNNING:
             budget.snapshot(r, store)
             return None
         if time.monotonic() > deadline:
@@ -272,7 +272,7 @@ def _still_there(r: Any, store: RunStore, attempt: str, why: str = KEYS_GONE) ->
     (no connection error says so) the wait would last until --timeout."""
     if events.still_submitted(r, store.run_id, attempt):
         return
-    if store.meta().status is not RunPhase.RUNNING:
+    if store.meta().status is not RunStatus.RUNNING:
         return  # it ended meanwhile (its end event went with the data): the wait sees that
     raise BrokerLostRun(why)
 
@@ -298,4 +298,4 @@ def _finish_empty(store: RunStore) -> int:
     """A run whose every claimed file was rejected: someone must look (exit 1)."""
     store.write(store.report_path, report.render(store.read()))
     code = report.exit_code(0, bool(store.meta().rejected))
-    return ending.end(store, RunPhase.DONE, code)
+    return ending.end(store, RunStatus.DONE, code)

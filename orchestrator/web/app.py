@@ -43,6 +43,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
+from orchestrator.config.workspace import Workspace
 from orchestrator.errors import GraphError, RunStateError, UsageError
 from orchestrator.people import effects, money, queue, stops
 from orchestrator.run import ids, store
@@ -279,7 +280,7 @@ class View:
             from orchestrator.submission import decisions
 
             return decisions.cancel(
-                self.settings.workspace,
+                Workspace(self.settings.workspace),
                 run_id,
                 [],
                 forms.by(request),
@@ -310,7 +311,11 @@ class View:
             from orchestrator.submission import decisions
 
             moved = decisions.requeue(
-                self.settings.workspace, run_id, tickets, forms.by(request), force=confirmed
+                Workspace(self.settings.workspace),
+                run_id,
+                tickets,
+                forms.by(request),
+                force=confirmed,
             )
             return moved or "nothing to requeue (no claimed file left)\n"
 
@@ -332,7 +337,7 @@ class View:
             "run_id": run_id,
             "tickets": tickets,
             "again": sorted(again.items()),
-            "fates": _fates(self.settings.workspace, run_store, sorted(again)),
+            "fates": _fates(Workspace(self.settings.workspace), run_store, sorted(again)),
             "back": back or f"/runs/{run_id}",
         }
         return self.render(request, "confirm_requeue.html", context)
@@ -355,7 +360,7 @@ class View:
             from orchestrator.submission import decisions
 
             return decisions.decide(
-                self.settings.workspace,
+                Workspace(self.settings.workspace),
                 run_id,
                 ticket_id,
                 form.get("call_id") or None,
@@ -409,7 +414,7 @@ class View:
 
     def _store(self, run_id: str) -> store.RunStore:
         try:
-            return store.find(self.settings.workspace, run_id)
+            return store.find(Workspace(self.settings.workspace), run_id)
         except UsageError:
             raise forms.NotFound(f"no run {run_id} in this workspace") from None
 
@@ -517,4 +522,7 @@ def _writes(workspace: Path, run_store: store.RunStore, ticket_id: str) -> list[
     """The ticket's writes in the workspace's ledger, each with what a requeue does with it."""
     from orchestrator.run import ledger
 
-    return [(w, ledger.fate(w, False)) for w in ledger.of_ticket(workspace, run_store, ticket_id)]
+    return [
+        (w, ledger.fate(w, False))
+        for w in ledger.of_ticket(Workspace(workspace), run_store, ticket_id)
+    ]

@@ -19,6 +19,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 
+from orchestrator.config.workspace import Workspace
 from orchestrator.errors import GraphError, RunStateError
 from orchestrator.people import queue, stops
 from orchestrator.run import ids
@@ -104,7 +105,7 @@ class People:
                 try:
                     said.append(
                         decisions.decide(
-                            self.view.settings.workspace,
+                            Workspace(self.view.settings.workspace),
                             run_id,
                             ticket_id,
                             call_id,
@@ -149,7 +150,7 @@ class People:
             from orchestrator.people import handling
 
             done = handling.handle(
-                self.view.settings.workspace,
+                Workspace(self.view.settings.workspace),
                 run_id,
                 ticket_id,
                 action,  # type: ignore[arg-type]
@@ -178,7 +179,7 @@ class People:
             from orchestrator.people import audit
 
             made = audit.audit(
-                self.view.settings.workspace,
+                Workspace(self.view.settings.workspace),
                 run_id,
                 ticket_id,
                 verdict == "good",

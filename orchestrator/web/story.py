@@ -18,6 +18,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from orchestrator.config.workspace import Workspace
 from orchestrator.people import effects, reply
 from orchestrator.run import approvals, cancels, ids
 from orchestrator.run import verdicts as kept
@@ -175,7 +176,7 @@ def _reply(
         return None, None, None
     if record.file is None:
         return f"runs/{store.run_id} (not published by the run)", own[:MAX_TEXT], None
-    published = _text(ids.out_file(workspace, ticket_id))
+    published = _text(ids.out_file(Workspace(workspace), ticket_id))
     if published is not None and published.strip() == own:
         return record.file, own[:MAX_TEXT], None
     return record.file, own[:MAX_TEXT], published or ""

@@ -18,7 +18,7 @@ from workers.model.client import ModelClient, RequestParams
 from workers.pricing import Price
 from workers.provider import running_provider
 from workers.settings import HarnessSettings
-from workers.state import Message, RunStatus, new_run
+from workers.state import AgentStatus, Message, new_run
 from workers.tools import Catalog
 from workers.trace import Tracer
 from workers.usage import Usage
@@ -86,7 +86,7 @@ def test_a_paid_call_is_held_at_its_worst_case_and_settled_at_its_cost(
 ) -> None:
     meter = Recorder()
     state = _run(url, "ok", meter, tmp_path / "t.jsonl")
-    assert state.status is RunStatus.COMPLETED
+    assert state.status is AgentStatus.COMPLETED
     assert [round(s, 12) for s in meter.settled] == [round(state.cost_usd, 12)]
     assert meter.asked[0].usd >= state.cost_usd and meter.asked[0].reply_tokens == 100
     events = [json.loads(line)["event"] for line in (tmp_path / "t.jsonl").read_text().splitlines()]
@@ -98,7 +98,7 @@ def test_a_refused_call_is_never_sent_and_the_run_stops_on_the_run_budget(
 ) -> None:
     meter = Recorder(refuse=True)
     state = _run(url, "ok", meter, tmp_path / "t.jsonl")
-    assert state.status is RunStatus.BUDGET_EXCEEDED
+    assert state.status is AgentStatus.BUDGET_EXCEEDED
     assert state.interruption is not None and state.interruption.type == "run_budget"
     assert _requests(url) == 0 and state.cost_usd == 0
 
@@ -106,7 +106,7 @@ def test_a_refused_call_is_never_sent_and_the_run_stops_on_the_run_budget(
 def test_a_call_without_a_reply_is_released(url: str, tmp_path: Path) -> None:
     meter = Recorder()
     state = _run(url, "down", meter, tmp_path / "t.jsonl")
-    assert state.status is RunStatus.FAILED
+    assert state.status is AgentStatus.FAILED
     assert (meter.released, meter.settled) == (1, [])
 
 

@@ -23,7 +23,7 @@ from workers.fence import Fence
 from workers.model.client import ModelClient
 from workers.provider import running_provider
 from workers.settings import HarnessSettings
-from workers.state import RunState, RunStatus, new_run
+from workers.state import AgentStatus, RunState, new_run
 
 PLAN_WITH_HANG = """
 - name: plan
@@ -103,7 +103,7 @@ def test_killed_process_resumes_without_paying_twice(
             first.wait(10)
         assert first.returncode == -signal.SIGKILL
         saved = RunState.load(state_file)
-        assert (saved.status, saved.turns, saved.tool_runs) == (RunStatus.RUNNING, 2, 2)
+        assert (saved.status, saved.turns, saved.tool_runs) == (AgentStatus.RUNNING, 2, 2)
 
         second = _harness_cli(url, tmp_path, "--resume", str(state_file))
         out, err = second.communicate(timeout=30)
@@ -124,7 +124,7 @@ def test_cancel_stops_parent_and_child(run_scenario: RunScenario, tmp_path: Path
     scenario.write_text(SLOW_CHILD)
     with running_provider(scenario) as url:
         state, _ = run_scenario("research_runaway", url=url, cancel_after=0.15, max_turns=None)
-    assert state.status is RunStatus.INTERRUPTED
+    assert state.status is AgentStatus.INTERRUPTED
     assert state.interruption is not None and state.interruption.type == "cancelled"
     stops = [e for e in trace.read(tmp_path / "trace.jsonl") if e["event"] == "run_stopped"]
     assert [(bool(e.get("sub_agent")), e["status"]) for e in stops] == [
@@ -140,7 +140,7 @@ def test_malformed_calls_go_back_to_the_model_as_errors(
     scenario.write_text(BAD_CALLS)
     with running_provider(scenario) as url:
         state, _ = run_scenario("badcalls", url=url)
-    assert state.status is RunStatus.COMPLETED and state.tool_runs == 0
+    assert state.status is AgentStatus.COMPLETED and state.tool_runs == 0
     results = [m.content or "" for m in state.messages if m.role == "tool"]
     assert "unknown tool 'format_disk'" in results[0]
     assert "not valid JSON" in results[1]
@@ -222,7 +222,7 @@ def test_the_turn_that_ends_a_run_and_its_exit_are_one_durable_save(
         done = loop.run(new_run("system", "task", model="plan"), h)
         before = _served(harness_url)
         again = loop.run(RunState.load(tmp_path / "s"), h)
-    assert done.status is RunStatus.COMPLETED and done.turns == 3
+    assert done.status is AgentStatus.COMPLETED and done.turns == 3
     assert recording.saves == [
         ("running", 1, True),
         ("running", 1, False),  # list_files' result: read-only, derivable, no fsync
@@ -231,8 +231,8 @@ def test_the_turn_that_ends_a_run_and_its_exit_are_one_durable_save(
         ("completed", 3, True),  # the last turn and the exit, together
     ]
     saved = RunState.load(tmp_path / "s")
-    assert (saved.status, saved.output, saved.error) == (RunStatus.COMPLETED, done.output, None)
-    assert again.status is RunStatus.COMPLETED and _served(harness_url) == before
+    assert (saved.status, saved.output, saved.error) == (AgentStatus.COMPLETED, done.output, None)
+    assert again.status is AgentStatus.COMPLETED and _served(harness_url) == before
 
 
 class _CancelsOnTurn(trace.Tracer):
@@ -265,8 +265,8 @@ def test_a_run_cancelled_as_its_last_reply_arrives_stops_without_an_output(
         before = _served(harness_url)
         h.cancel, h.tracer = CancelToken(), trace.Tracer(tmp_path / "t.jsonl", "r")
         again = loop.run(RunState.load(tmp_path / "s"), h)
-    assert (stopped.status, stopped.turns, stopped.output) == (RunStatus.INTERRUPTED, 3, None)
-    assert (saved.status, saved.turns, saved.output) == (RunStatus.INTERRUPTED, 3, None)
+    assert (stopped.status, stopped.turns, stopped.output) == (AgentStatus.INTERRUPTED, 3, None)
+    assert (saved.status, saved.turns, saved.output) == (AgentStatus.INTERRUPTED, 3, None)
     assert saved.interruption is not None and saved.interruption.type == "cancelled"
-    assert again.status is RunStatus.COMPLETED and again.output and again.turns == 3
+    assert again.status is AgentStatus.COMPLETED and again.output and again.turns == 3
     assert _served(harness_url) == before

@@ -20,7 +20,7 @@ import pytest
 
 from orchestrator.broker.redis_server import RedisServer
 from orchestrator.config import declarations
-from orchestrator.config.workspace import CONFIG_FILE
+from orchestrator.config.workspace import CONFIG_FILE, Workspace
 from orchestrator.exit_codes import ExitCode
 from orchestrator.run.store import RunStore
 from tests.conftest import (
@@ -227,18 +227,18 @@ def test_a_process_compares_a_runs_declarations_once(
     that did not match is asked again, and still refused."""
     assert cli("run", cwd=demo).returncode == 1
     config = RunStore(demo / "runs" / state(demo)["run_id"]).meta().config
-    assert declarations.mismatch(demo, config) is None
+    assert declarations.mismatch(Workspace(demo), config) is None
 
     def not_again(*_: object) -> None:
         raise AssertionError("declarations loaded again for a run that matched")
 
     monkeypatch.setattr(declarations, "load", not_again)
-    assert declarations.mismatch(demo, config) is None
+    assert declarations.mismatch(Workspace(demo), config) is None
     monkeypatch.undo()
     other = config.model_copy(update={"fingerprint": "0" * 64})
     for _ in range(2):
         assert "differ from those the run was started with" in str(
-            declarations.mismatch(demo, other)
+            declarations.mismatch(Workspace(demo), other)
         )
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.config.workspace import Workspace
 from orchestrator.plan.steps import PLAN, Plan, Scope, Step
 from orchestrator.run import ids
 from orchestrator.run.records import StepUsage, TicketRecord, TicketStatus
@@ -36,7 +37,7 @@ FOOTER = "-- answered with ticketgraph"
 
 def stamp(ctx: Context, ticket_id: str, ticket: TicketRecord) -> TicketRecord:
     """Add the footer to the ticket's reply in out/ (once), and say so in the trace."""
-    path = ids.out_file(Path(ctx.meta.workspace), ticket_id)
+    path = ids.out_file(Workspace(Path(ctx.meta.workspace)), ticket_id)
     text = path.read_text(encoding="utf-8")
     if FOOTER not in text:
         ctx.store.write(path, f"{text.rstrip()}\n{FOOTER}\n")

@@ -13,7 +13,7 @@ from celery import Celery
 
 from orchestrator.broker.redis_server import RedisServer
 from orchestrator.config import declarations
-from orchestrator.config.workspace import CONFIG_FILE
+from orchestrator.config.workspace import CONFIG_FILE, Workspace
 from orchestrator.errors import RunStateError
 from orchestrator.run import ids
 from orchestrator.run.store import RunStore
@@ -54,7 +54,7 @@ def _read(workspace: Path, path: str) -> str:
 
 def _lookup_order(workspace: Path) -> Tool:
     """The demo's own lookup_order tool, imported from the workspace as a worker does."""
-    return declarations.preload(workspace).tools["demo_tools:lookup_order"]
+    return declarations.preload(Workspace(workspace)).tools["demo_tools:lookup_order"]
 
 
 def test_the_bug_worker_reads_its_knowledge_base(tricky: Path) -> None:
@@ -146,7 +146,7 @@ def test_paths_are_never_built_from_an_id_that_is_not_a_plain_name(tmp_path: Pat
         with pytest.raises(RunStateError):
             store.record_path(bad)
         with pytest.raises(RunStateError):
-            ids.out_file(tmp_path, bad)
+            ids.out_file(Workspace(tmp_path), bad)
     with pytest.raises(RunStateError):
         store.agent_path("T-1", "../draft")
     with pytest.raises(RunStateError):

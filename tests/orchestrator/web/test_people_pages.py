@@ -205,7 +205,7 @@ def test_a_crashed_run_is_resumed_from_its_page_with_retry_failed_all(
     tmp_path: Path, finished: Path
 ) -> None:
     from orchestrator.exit_codes import ExitCode
-    from orchestrator.run.records import RunPhase
+    from orchestrator.run.records import RunStatus
     from orchestrator.run.store import RunStore
     from orchestrator.web.resumes import Resume
 
@@ -213,7 +213,7 @@ def test_a_crashed_run_is_resumed_from_its_page_with_retry_failed_all(
     shutil.copytree(finished, workspace, symlinks=True)
     run_id = run_id_of(workspace)
     with RunStore(workspace / "runs" / run_id).update_meta() as meta:
-        meta.end(RunPhase.CRASHED, ExitCode.CRASHED, "the worker process died")
+        meta.end(RunStatus.CRASHED, ExitCode.CRASHED, "the worker process died")
     app = application(workspace, login_=login.Login(USER, PASSWORD))
     basic = base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
     with TestClient(app, headers={"Authorization": f"Basic {basic}"}) as web:

@@ -16,7 +16,7 @@ from workers.chapter_tools import ChapterFolder, make_demo_workspace
 from workers.model.client import ModelClient
 from workers.provider import running_provider
 from workers.settings import HarnessSettings
-from workers.state import RunStatus, approve, new_run
+from workers.state import AgentStatus, approve, new_run
 from workers.tools import Catalog
 from workers.trace import Tracer
 
@@ -51,7 +51,7 @@ def _scenario(tmp: Path, first_reply: str) -> Path:
 def test_a_tool_call_written_as_text_is_run_as_that_call(tmp_path: Path, form: str) -> None:
     with running_provider(_scenario(tmp_path, TEXT_FORMS[form])) as url:
         state = loop.run(new_run("sys", "list the files", "m"), _harness(url, tmp_path))
-    assert state.status is RunStatus.COMPLETED
+    assert state.status is AgentStatus.COMPLETED
     assert state.tool_runs == 1 and "errors.log" in (state.output or "")
     events = trace.read(tmp_path / "trace.jsonl")
     parsed = [e for e in events if e["event"] == "tool_call_parsed"]
@@ -62,7 +62,7 @@ def test_the_text_fallback_can_be_turned_off(tmp_path: Path) -> None:
     with running_provider(_scenario(tmp_path, TEXT_FORMS["bare json"])) as url:
         harness = _harness(url, tmp_path, tool_call_text_fallback=False)
         state = loop.run(new_run("sys", "list the files", "m"), harness)
-    assert state.status is RunStatus.COMPLETED and state.tool_runs == 0
+    assert state.status is AgentStatus.COMPLETED and state.tool_runs == 0
     assert state.output == TEXT_FORMS["bare json"]
 
 
@@ -70,7 +70,7 @@ def test_prose_that_mentions_json_stays_an_answer(tmp_path: Path) -> None:
     prose = 'Use {"name": "list_files"} in your config, then restart.'
     with running_provider(_scenario(tmp_path, prose)) as url:
         state = loop.run(new_run("sys", "help", "m"), _harness(url, tmp_path))
-    assert state.status is RunStatus.COMPLETED and state.output == prose
+    assert state.status is AgentStatus.COMPLETED and state.output == prose
 
 
 def _cut(text: str) -> dict[str, Any]:
@@ -82,7 +82,7 @@ def _cut(text: str) -> dict[str, Any]:
 def test_a_reply_cut_off_is_asked_again_once_then_fails_as_truncated(tmp_path: Path) -> None:
     with _Canned([_cut("The answer is"), _cut("The answer")]) as server:
         state = loop.run(new_run("sys", "q", "m"), _harness(server.url, tmp_path))
-    assert state.status is RunStatus.FAILED and (state.error or "").startswith("truncated")
+    assert state.status is AgentStatus.FAILED and (state.error or "").startswith("truncated")
     assert state.turns == 2 and state.output is None
 
 
@@ -93,7 +93,7 @@ def test_a_reply_cut_off_once_then_complete_is_the_answer(tmp_path: Path) -> Non
     }
     with _Canned([_cut("The answer is"), done]) as server:
         state = loop.run(new_run("sys", "q", "m"), _harness(server.url, tmp_path))
-    assert state.status is RunStatus.COMPLETED and state.output == "42."
+    assert state.status is AgentStatus.COMPLETED and state.output == "42."
     assert any("cut off" in (m.content or "") for m in state.messages if m.role == "user")
 
 
@@ -101,7 +101,7 @@ def test_usage_the_server_left_out_is_estimated_and_still_charged(tmp_path: Path
     bare = {"choices": [{"finish_reason": "stop", "message": {"content": "fine, thanks"}}]}
     with _Canned([bare]) as server:
         state = loop.run(new_run("sys", "how are you", "m"), _harness(server.url, tmp_path))
-    assert state.status is RunStatus.COMPLETED and state.cost_usd > 0
+    assert state.status is AgentStatus.COMPLETED and state.cost_usd > 0
     assert state.usage.estimated and state.usage.estimated_requests == 1
     (turn,) = [e for e in trace.read(tmp_path / "trace.jsonl") if e["event"] == "turn"]
     assert turn["estimated"] is True
@@ -130,13 +130,13 @@ def test_reused_call_ids_are_each_answered_and_a_reused_write_waits_for_approval
         harness = _harness(url, tmp_path)
         state = loop.run(new_run("sys", "tidy up", "m"), harness)
         stopped = state.interruption
-        assert state.status is RunStatus.INTERRUPTED and stopped is not None
+        assert state.status is AgentStatus.INTERRUPTED and stopped is not None
         assert (stopped.type, stopped.call_id, stopped.tool) == ("approval", "c1-3", "delete_file")
         assert (tmp_path / "ws" / "notes.txt").exists()
         approve(state, "c1-3")
         state = loop.run(state, harness)
         seen = httpx.get(url.replace("/v1", "/stats")).json()
-    assert state.status is RunStatus.COMPLETED and not (tmp_path / "ws" / "notes.txt").exists()
+    assert state.status is AgentStatus.COMPLETED and not (tmp_path / "ws" / "notes.txt").exists()
     ids = [c.id for m in state.messages for c in m.tool_calls or []]
     answers = {m.tool_call_id: m.content or "" for m in state.messages if m.role == "tool"}
     assert ids == ["c1", "c1-2", "c1-3"] and len(answers) == 3 == state.tool_runs
