@@ -112,10 +112,11 @@ def measure(workspace: Path, url: str, repeats: int) -> dict[str, Any]:
     """Cold (a fresh application) and warm (the same again) times of one page."""
     from starlette.testclient import TestClient
 
+    from orchestrator.config.workspace import Workspace
     from orchestrator.web.app import application
     from orchestrator.web.catalog import LIVE_TTL_S
 
-    with TestClient(application(workspace, read_only=True)) as client:
+    with TestClient(application(Workspace(workspace), read_only=True)) as client:
         cold = timed_get(client, url)
         warm = []
         for _ in range(repeats):

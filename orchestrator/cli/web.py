@@ -71,7 +71,7 @@ def command(
         listening = _listen(address, port)
     hosts = _hosts(address, allowed_hosts)
     app = application(
-        workspace.root,
+        workspace,
         read_only=no_auth,
         login_=accepted,
         broker_url=settings.broker_url,

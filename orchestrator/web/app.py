@@ -63,13 +63,13 @@ CANCEL_WAIT_S = 5.0
 class Settings:
     """What the application serves and who may act."""
 
-    workspace: Path
+    workspace: Workspace
     read_only: bool
     broker_url: str | None = None
 
 
 def application(
-    workspace: Path,
+    workspace: Workspace,
     read_only: bool = False,
     login_: login.Login | None = None,
     broker_url: str | None = None,
@@ -78,7 +78,9 @@ def application(
     """The web application for `workspace`; behind `login_` (basic auth) if given, and then
     with actions unless `read_only`; answering only requests for `hosts` (the Host header;
     None: any), so a web page whose name was rebound to this address reads nothing."""
-    settings = Settings(workspace.resolve(), read_only or login_ is None, broker_url)
+    settings = Settings(
+        Workspace(workspace.root.resolve()), read_only or login_ is None, broker_url
+    )
     view = View(settings)
     people = view.people
     routes = [
@@ -227,7 +229,7 @@ class View:
         from orchestrator.run import verdicts
 
         return verdicts.tickets_with(
-            store.RunStore(self.settings.workspace / "runs" / run_id), verdicts.HANDLED
+            store.RunStore(self.settings.workspace.runs / run_id), verdicts.HANDLED
         )
 
     def _waits(self, run_id: str, row: RunRow) -> dict[str, int]:
@@ -280,7 +282,7 @@ class View:
             from orchestrator.submission import decisions
 
             return decisions.cancel(
-                Workspace(self.settings.workspace),
+                self.settings.workspace,
                 run_id,
                 [],
                 forms.by(request),
@@ -311,7 +313,7 @@ class View:
             from orchestrator.submission import decisions
 
             moved = decisions.requeue(
-                Workspace(self.settings.workspace),
+                self.settings.workspace,
                 run_id,
                 tickets,
                 forms.by(request),
@@ -337,7 +339,7 @@ class View:
             "run_id": run_id,
             "tickets": tickets,
             "again": sorted(again.items()),
-            "fates": _fates(Workspace(self.settings.workspace), run_store, sorted(again)),
+            "fates": _fates(self.settings.workspace, run_store, sorted(again)),
             "back": back or f"/runs/{run_id}",
         }
         return self.render(request, "confirm_requeue.html", context)
@@ -360,7 +362,7 @@ class View:
             from orchestrator.submission import decisions
 
             return decisions.decide(
-                Workspace(self.settings.workspace),
+                self.settings.workspace,
                 run_id,
                 ticket_id,
                 form.get("call_id") or None,
@@ -407,14 +409,14 @@ class View:
 
     def public(self, text: str) -> str:
         """`text` with the server's paths made relative to the workspace (`runs/...`)."""
-        root = str(self.settings.workspace)
+        root = str(self.settings.workspace.root)
         return text.replace(root + "/", "").replace(root, ".")
 
     # --- helpers -------------------------------------------------------------------------
 
     def _store(self, run_id: str) -> store.RunStore:
         try:
-            return store.find(Workspace(self.settings.workspace), run_id)
+            return store.find(self.settings.workspace, run_id)
         except UsageError:
             raise forms.NotFound(f"no run {run_id} in this workspace") from None
 
@@ -518,11 +520,10 @@ def _so_far(run: RunRow, nodes: dict[str, dict[str, Any]], name: str) -> dict[st
     return {f: max(v, 0) for f, v in left.items()}
 
 
-def _writes(workspace: Path, run_store: store.RunStore, ticket_id: str) -> list[tuple[Any, str]]:
+def _writes(
+    workspace: Workspace, run_store: store.RunStore, ticket_id: str
+) -> list[tuple[Any, str]]:
     """The ticket's writes in the workspace's ledger, each with what a requeue does with it."""
     from orchestrator.run import ledger
 
-    return [
-        (w, ledger.fate(w, False))
-        for w in ledger.of_ticket(Workspace(workspace), run_store, ticket_id)
-    ]
+    return [(w, ledger.fate(w, False)) for w in ledger.of_ticket(workspace, run_store, ticket_id)]

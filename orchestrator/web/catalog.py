@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 
 from pydantic_core import from_json
 
+from orchestrator.config.workspace import Workspace
 from orchestrator.errors import RunStateError
 from orchestrator.run import ids
 from orchestrator.run.records import Routed, TicketStatus, spent, ticket_spend
@@ -132,9 +133,9 @@ class _Folder:
 class Catalog:
     """The runs of one workspace, read from disk and cached by file times."""
 
-    def __init__(self, workspace: Path) -> None:
+    def __init__(self, workspace: Workspace) -> None:
         self.workspace = workspace
-        self.runs_dir = workspace / "runs"
+        self.runs_dir = workspace.runs
         self._folders: dict[str, _Folder] = {}
         self._lock = threading.Lock()
 

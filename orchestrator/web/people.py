@@ -19,7 +19,6 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 
-from orchestrator.config.workspace import Workspace
 from orchestrator.errors import GraphError, RunStateError
 from orchestrator.people import queue, stops
 from orchestrator.run import ids
@@ -105,7 +104,7 @@ class People:
                 try:
                     said.append(
                         decisions.decide(
-                            Workspace(self.view.settings.workspace),
+                            self.view.settings.workspace,
                             run_id,
                             ticket_id,
                             call_id,
@@ -150,7 +149,7 @@ class People:
             from orchestrator.people import handling
 
             done = handling.handle(
-                Workspace(self.view.settings.workspace),
+                self.view.settings.workspace,
                 run_id,
                 ticket_id,
                 action,  # type: ignore[arg-type]
@@ -179,7 +178,7 @@ class People:
             from orchestrator.people import audit
 
             made = audit.audit(
-                Workspace(self.view.settings.workspace),
+                self.view.settings.workspace,
                 run_id,
                 ticket_id,
                 verdict == "good",

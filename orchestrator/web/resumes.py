@@ -18,9 +18,9 @@ import sys
 import tempfile
 import threading
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import IO, Literal
 
+from orchestrator.config.workspace import Workspace
 from orchestrator.exit_codes import ExitCode
 
 EARLY_S = 1.5  # how long the action waits for a resume that ends at once
@@ -55,7 +55,7 @@ class Resume:
 class Resumes:
     """The resumes this server started, by run (the newest of each)."""
 
-    def __init__(self, workspace: Path, broker_url: str | None) -> None:
+    def __init__(self, workspace: Workspace, broker_url: str | None) -> None:
         self.workspace = workspace
         self.broker_url = broker_url
         self.lock = threading.Lock()
@@ -74,7 +74,7 @@ class Resumes:
             output = tempfile.TemporaryFile()  # noqa: SIM115 (closed by _reap, in its thread)
             process = subprocess.Popen(
                 self._command(run_id, retry),
-                cwd=self.workspace,
+                cwd=self.workspace.root,
                 env=self._env(),
                 stdin=subprocess.DEVNULL,
                 stdout=output,
@@ -92,7 +92,7 @@ class Resumes:
         return self.by_run.get(run_id)
 
     def _command(self, run_id: str, retry: Retry) -> list[str]:
-        workspace = str(self.workspace)
+        workspace = str(self.workspace.root)
         return [
             sys.executable, "-m", "orchestrator.cli", "resume", run_id,
             "--workspace", workspace, "--quiet", "--retry-failed", retry,

@@ -113,7 +113,7 @@ class Story:
     other_runs: list[str] = field(default_factory=list)  # runs with a record of this ticket id
 
 
-def read(store: RunStore, workspace: Path, ticket_id: str) -> Story:
+def read(store: RunStore, workspace: Workspace, ticket_id: str) -> Story:
     """The story of `ticket_id` in the run (`RunStateError` if the id is not one)."""
     ids.ticket(ticket_id)
     record = store.ticket(ticket_id)
@@ -134,7 +134,7 @@ def read(store: RunStore, workspace: Path, ticket_id: str) -> Story:
         actions=effects.recorded(store).get(ticket_id, []),
         out_changed=now is not None,
         out_now=now or None,
-        source_moved=not (workspace / record.source).exists(),
+        source_moved=not (workspace.root / record.source).exists(),
         handled=kept.read(store, kept.HANDLED, ticket_id),
         audited=kept.read(store, kept.AUDITS, ticket_id),
         other_runs=_other_runs(workspace, store.run_id, ticket_id),
@@ -166,7 +166,7 @@ def _text(path: Path) -> str | None:
 
 
 def _reply(
-    store: RunStore, workspace: Path, ticket_id: str, record: TicketRecord
+    store: RunStore, workspace: Workspace, ticket_id: str, record: TicketRecord
 ) -> tuple[str | None, str | None, str | None]:
     """The run's own reply (its last rewrite's, or its draft), where it was published, and
     what out/ holds instead when it changed since (a later run's reply, or a person's; ''
@@ -176,7 +176,7 @@ def _reply(
         return None, None, None
     if record.file is None:
         return f"runs/{store.run_id} (not published by the run)", own[:MAX_TEXT], None
-    published = _text(ids.out_file(Workspace(workspace), ticket_id))
+    published = _text(ids.out_file(workspace, ticket_id))
     if published is not None and published.strip() == own:
         return record.file, own[:MAX_TEXT], None
     return record.file, own[:MAX_TEXT], published or ""
@@ -196,9 +196,9 @@ def _policy(store: RunStore, ticket_id: str) -> list[approvals.Decision]:
     return sorted(found, key=lambda d: d.at)
 
 
-def _other_runs(workspace: Path, run_id: str, ticket_id: str) -> list[str]:
+def _other_runs(workspace: Workspace, run_id: str, ticket_id: str) -> list[str]:
     """Every other run of the workspace that has a record of this ticket id, oldest first."""
-    records = (workspace / "runs").glob(f"run-*/records/{ticket_id}.json")
+    records = workspace.runs.glob(f"run-*/records/{ticket_id}.json")
     return sorted(p.parent.parent.name for p in records if p.parent.parent.name != run_id)
 
 

@@ -17,6 +17,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+from orchestrator.config.workspace import Workspace
 from orchestrator.people import queue
 from orchestrator.run import approvals
 from orchestrator.run.store import META_FILE
@@ -32,8 +33,8 @@ Key = tuple[tuple[int, int] | None, ...]
 class Waiting:
     """Every run's items, by run id, with the key they were read under."""
 
-    def __init__(self, workspace: Path) -> None:
-        self.runs_dir = workspace / "runs"
+    def __init__(self, workspace: Workspace) -> None:
+        self.runs_dir = workspace.runs
         self.lock = threading.Lock()
         self.kept: dict[str, tuple[Key, float, list[queue.Item]]] = {}
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.config.workspace import Workspace
 from orchestrator.steps import routing
 from orchestrator.web.catalog import Catalog
 from tests.conftest import Cli, demo_scripts, events, state, write_scenarios
@@ -214,7 +215,7 @@ def test_route_writes_one_file_for_the_tickets_it_passes_on_not_their_records(
 
     meta = json.loads((run_dir / "run.json").read_text())  # as if drafting were under way
     (run_dir / "run.json").write_text(json.dumps(meta | {"status": "running"}))
-    rows = {row.id: row for row in Catalog(demo).view(run_id).tickets}
+    rows = {row.id: row for row in Catalog(Workspace(demo)).view(run_id).tickets}
     assert {i: (rows[i].status, rows[i].category) for i in categories} == {
         i: ("routed", c) for i, c in categories.items()
     }

@@ -18,6 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from starlette.testclient import TestClient
 
 from bench.web import big_run
+from orchestrator.config.workspace import Workspace
 from orchestrator.web import catalog, login
 from orchestrator.web.app import application
 from tests.orchestrator.web.conftest import (
@@ -35,7 +36,7 @@ AUTH = (USER, PASSWORD)
 
 
 def client(workspace: Path, read_only: bool = False) -> TestClient:
-    app = application(workspace, read_only=read_only, login_=login.Login(USER, PASSWORD))
+    app = application(Workspace(workspace), read_only=read_only, login_=login.Login(USER, PASSWORD))
     basic = base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
     return TestClient(
         app, base_url="http://testserver", headers={"Authorization": f"Basic {basic}"}
@@ -50,7 +51,7 @@ def csrf_of(html: str) -> str:
 
 def test_every_path_asks_for_the_login(finished: Path) -> None:
     run_id = run_id_of(finished)
-    app = application(finished, login_=login.Login(USER, PASSWORD))
+    app = application(Workspace(finished), login_=login.Login(USER, PASSWORD))
     with TestClient(app) as anonymous:
         for path in ("/", f"/runs/{run_id}", f"/runs/{run_id}/tickets/T-1004", "/metrics"):
             answer = anonymous.get(path)
@@ -306,7 +307,7 @@ def test_the_command_serves_with_its_login_and_read_only_without(finished: Path)
 def test_made_up_run_ids_are_not_kept(finished: Path) -> None:
     from orchestrator.web.catalog import Catalog
 
-    catalog = Catalog(finished)
+    catalog = Catalog(Workspace(finished))
     for k in range(50):
         assert catalog.run(f"run-made-up-{k}") is None
     assert catalog.run(run_id_of(finished)) is not None

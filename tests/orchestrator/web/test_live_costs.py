@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from bench.web import big_run
-from orchestrator.config.workspace import init_demo
+from orchestrator.config.workspace import Workspace, init_demo
 from orchestrator.run.records import ticket_spend
 from orchestrator.web.catalog import Catalog
 from tests.conftest import clean_env, demo_scripts, write_scenarios
@@ -170,7 +170,7 @@ def test_a_rewrite_in_flight_counts_and_final_or_ended_tickets_keep_their_record
     assert final["status"] in ("pass", "needs_human")
     agent_state(agents / "T-00002.review-9.json", 50, 50_000, 5.0)  # not the record's
 
-    view = Catalog(workspace).view(run_dir.name)
+    view = Catalog(Workspace(workspace)).view(run_dir.name)
     rows = {row.id: row for row in view.tickets}
     assert rows["T-00001"].status == "drafted" and rows["T-00001"].shown_status == "in review"
     assert (rows["T-00001"].calls, rows["T-00001"].tokens) == (3, 1400)
@@ -183,5 +183,5 @@ def test_a_rewrite_in_flight_counts_and_final_or_ended_tickets_keep_their_record
     meta = json.loads((run_dir / "run.json").read_text())
     meta |= {"status": "stopped_early", "exit_code": 2}
     (run_dir / "run.json").write_text(json.dumps(meta))
-    ended = {row.id: row for row in Catalog(workspace).view(run_dir.name).tickets}
+    ended = {row.id: row for row in Catalog(Workspace(workspace)).view(run_dir.name).tickets}
     assert (ended["T-00001"].calls, ended["T-00001"].shown_status) == (2, "drafted")

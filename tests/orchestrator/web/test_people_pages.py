@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from starlette.testclient import TestClient
 
-from orchestrator.config.workspace import init_demo
+from orchestrator.config.workspace import Workspace, init_demo
 from orchestrator.steps.report import usd
 from orchestrator.web import login
 from orchestrator.web.app import application
@@ -195,7 +195,7 @@ def test_web_and_cli_round_a_cost_the_same_way(finished: Path) -> None:
     listed = run_cli("runs", cwd=finished).stdout
     cost = re.search(rf"{run_id}.*?(\$\d+\.\d{{4}})", listed)
     assert cost is not None
-    app = application(finished, read_only=True)
+    app = application(Workspace(finished), read_only=True)
     with TestClient(app) as web:
         assert cost.group(1) in web.get("/").text
         assert cost.group(1) in web.get(f"/runs/{run_id}").text
@@ -214,7 +214,7 @@ def test_a_crashed_run_is_resumed_from_its_page_with_retry_failed_all(
     run_id = run_id_of(workspace)
     with RunStore(workspace / "runs" / run_id).update_meta() as meta:
         meta.end(RunStatus.CRASHED, ExitCode.CRASHED, "the worker process died")
-    app = application(workspace, login_=login.Login(USER, PASSWORD))
+    app = application(Workspace(workspace), login_=login.Login(USER, PASSWORD))
     basic = base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
     with TestClient(app, headers={"Authorization": f"Basic {basic}"}) as web:
         page = web.get(f"/runs/{run_id}").text
