@@ -42,7 +42,7 @@ class Entry(NamedTuple):
     category: str | None
     stop: str | None
     detail: str | None  # the first line of its error, or of the gate's last report
-    summary: str  # the reply's summary (an audit shows it)
+    summary: str  # a pass's summary (an audit shows it); empty for any other ticket
     call_id: str | None  # the call that waits for a decision (awaiting_approval)
     since: float  # when its record was last written (its verdict), seconds since the epoch
 
@@ -100,10 +100,17 @@ def of_records(store: RunStore, audit_share: float) -> Iterator[Entry]:
                 record.category,
                 record.stop,
                 detail(record),
-                record.summary or record.one_line or "",
+                _summary(record),
                 record.waiting.call_id if record.waiting is not None else None,
                 _mtime(store, ticket_id),
             )
+
+
+def _summary(record: TicketRecord) -> str:
+    """What an audit shows of a pass (nothing for a ticket that did not pass)."""
+    if record.status is not TicketStatus.PASS:
+        return ""
+    return record.summary or record.one_line or ""
 
 
 def records(store: RunStore) -> Iterator[tuple[str, TicketRecord]]:

@@ -116,10 +116,11 @@ def test_an_operator_handles_audits_approves_and_resumes_from_the_queue(
         assert "decided, not resumed" in decided and f"approved by {BY}" in decided
         page.click("tr.item[data-ticket='T-1007'] a.go")
         page.wait_for_url(f"**/runs/{run_id}#resume")
+        ended_before = _ended_at(workspace, run_id)
         page.click("form.resume button[name=resume]")
         page.wait_for_selector("pre.note")
         assert f"resume of {run_id}" in page.inner_text("pre.note")
-        _finished(workspace, run_id)
+        _finished(workspace, run_id, ended_before)
         page.goto(f"{url}/runs/{run_id}/tickets/T-1007")  # its page: the refund, once
         written = page.locator("ul.actions-recorded li").all_inner_texts()
         assert len(written) == 1 and "refund (order_id A-77533, amount 89.00" in written[0]
@@ -155,11 +156,22 @@ def test_an_operator_handles_audits_approves_and_resumes_from_the_queue(
     ]
 
 
-def _finished(workspace: Path, run_id: str, timeout: float = 120) -> None:
-    """Wait until the resumed run has ended (its run.json says done)."""
+def _ended_at(workspace: Path, run_id: str) -> str:
+    """When the run last ended (run.json's updated_at while it is done)."""
+    meta = json.loads((workspace / "runs" / run_id / "run.json").read_text())
+    assert meta["status"] == "done", meta["status"]
+    return str(meta["updated_at"])
+
+
+def _finished(workspace: Path, run_id: str, ended_before: str, timeout: float = 120) -> None:
+    """Wait until the resumed run has ended: run.json says done, at a later time than the
+    end before the resume (the resume's own process may not have reopened it yet)."""
     meta = workspace / "runs" / run_id / "run.json"
     deadline = time.monotonic() + timeout
-    while json.loads(meta.read_text()).get("status") != "done":
+    while True:
+        now = json.loads(meta.read_text())
+        if now.get("status") == "done" and now.get("updated_at") != ended_before:
+            return
         assert time.monotonic() < deadline, "the resume started from the page did not end"
         time.sleep(0.2)
 
