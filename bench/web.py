@@ -30,6 +30,8 @@ from typing import Any
 from bench.figures import Figure, Target, rounded
 from bench.services import child_env, ticketgraph
 from bench.suite import Context, Section
+from orchestrator.run import waitlist
+from orchestrator.run.store import RunStore
 
 TARGET_MS = 300.0
 BIG_RUN = "run-20261201-000000-big0"
@@ -55,8 +57,8 @@ def big_run(
     status: str | None = None,
 ) -> Path:
     """A copy of `source` with `n` tickets (its records cloned as T-00001...), ended (with
-    run-state.json) or `live` (run.json running, no run-state.json); `status`: only the
-    records of that status are cloned."""
+    run-state.json and waitlist.json) or `live` (run.json running, no run-state.json);
+    `status`: only the records of that status are cloned."""
     target = runs_dir / run_id
     (target / "records").mkdir(parents=True)
     shutil.copytree(source / "nodes", target / "nodes")
@@ -82,6 +84,7 @@ def big_run(
         state = json.loads((source / "run-state.json").read_bytes())
         state.update(meta, tickets=tickets)
         (target / "run-state.json").write_text(json.dumps(state))
+        waitlist.write(RunStore(target))  # as the run's end writes it (run/ending.py)
     return target
 
 

@@ -13,39 +13,39 @@ was resumed is no longer in it.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel
-
 from orchestrator.config.workspace import Workspace
 from orchestrator.errors import GraphError
 from orchestrator.people import audit, money, stops
-from orchestrator.run import approvals, verdicts
-from orchestrator.run.records import RunMeta, TicketRecord, TicketStatus
+from orchestrator.run import approvals, verdicts, waitlist
+from orchestrator.run.records import RunMeta, TicketStatus
 from orchestrator.run.store import RunStore
 from orchestrator.run.verdicts import AUDITS, HANDLED
 
 Kind = Literal["call", "ticket", "audit"]
 KINDS: tuple[Kind, ...] = ("call", "ticket", "audit")
+NEEDS_HUMAN, AWAITING = TicketStatus.NEEDS_HUMAN.value, TicketStatus.AWAITING_APPROVAL.value
+PASS = TicketStatus.PASS.value
 
 
-class Item(BaseModel):
-    """One thing that waits for a person."""
+@dataclass
+class Item:
+    """One thing that waits for a person (a plain class: a queue builds 10,000 at a time)."""
 
     kind: Kind
     run_id: str
     ticket: str
-    category: str | None = None
+    category: str | None
     reason: str  # a code to filter on: the ticket's stop, "approval" or "audit"
     why: str  # the same in words, with its detail
     since: str  # ISO time it began to wait
     age_s: float
-    commands: list[str] = []
+    commands: list[str] = field(default_factory=list)
     # A call's own fields.
     call_id: str | None = None
     tool: str | None = None
@@ -54,6 +54,16 @@ class Item(BaseModel):
     rule: str | None = None  # what made it wait (the worker's approval policy for the tool)
     expires_at: str | None = None
     state: str | None = None  # waiting, decided (resume finishes it) or expired
+
+    def model_dump(self) -> dict[str, Any]:
+        """The item as JSON data (`ticketgraph queue --json`)."""
+        return asdict(self)
+
+    def aged(self, age_s: float) -> Item:
+        """The same item, `age_s` seconds old (a copy: a cache keeps the item itself)."""
+        copied = object.__new__(Item)
+        copied.__dict__.update(self.__dict__, age_s=age_s)
+        return copied
 
 
 @dataclass(frozen=True)
@@ -136,51 +146,24 @@ def _nothing_waits(meta: RunMeta) -> bool:
 
 
 def _of_run(store: RunStore, meta: RunMeta, now: datetime) -> Iterator[Item]:
+    share = meta.config.audit_share
+    entries = waitlist.read(store, share)
+    if entries is None:  # none written yet (a live run), or the records changed since
+        entries = list(waitlist.of_records(store, share))
     handled = verdicts.tickets_with(store, HANDLED)
     audited = verdicts.tickets_with(store, AUDITS)
-    for ticket_id, record in _records(store):
-        if record.status is TicketStatus.NEEDS_HUMAN and ticket_id not in handled:
-            yield _ticket_item(store, ticket_id, record, now)
-        elif record.status is TicketStatus.AWAITING_APPROVAL and record.waiting is not None:
-            if (call := _call_item(store, meta, ticket_id, record, now)) is not None:
+    for entry in entries:
+        if entry.status == NEEDS_HUMAN and entry.ticket not in handled:
+            yield _ticket_item(store.run_id, entry, now)
+        elif entry.status == AWAITING and entry.call_id is not None:
+            if (call := _call_item(store, meta, entry, now)) is not None:
                 yield call
         elif (
-            record.status is TicketStatus.PASS
-            and ticket_id not in audited
-            and audit.sampled(store.run_id, ticket_id, meta.config.audit_share)
+            entry.status == PASS
+            and entry.ticket not in audited
+            and audit.sampled(store.run_id, entry.ticket, share)
         ):
-            yield _audit_item(store, ticket_id, record, now)
-
-
-def _records(store: RunStore) -> Iterator[tuple[str, TicketRecord]]:
-    """Every readable record of the run, by id, read straight from records/: a claimed
-    record (the only kind route's decision is shown in) never waits for a person, and at
-    10,000 tickets pathlib's joins in `RunStore.records` cost as much as the parsing."""
-    folder = f"{store.dir}/records"
-    try:
-        names = sorted(e.name for e in os.scandir(folder) if _is_record(e.name))
-    except FileNotFoundError:
-        return
-    for name in names:
-        try:
-            with open(f"{folder}/{name}", "rb") as handle:
-                record = TicketRecord.model_validate_json(handle.read())
-        except (OSError, ValueError):
-            continue  # gone since, or torn: `status` names it
-        yield name.removesuffix(".json"), record
-
-
-def _is_record(name: str) -> bool:
-    return name.endswith(".json") and not name.startswith(".")
-
-
-def _since(store: RunStore, ticket_id: str) -> datetime:
-    """When the ticket's record was last written: when its verdict was reached."""
-    try:  # a string path: pathlib's joins cost more than the stat over 10,000 tickets
-        stamp = os.stat(f"{store.dir}/records/{ticket_id}.json").st_mtime
-    except OSError:
-        return datetime.now(UTC)
-    return datetime.fromtimestamp(stamp, UTC)
+            yield _audit_item(store.run_id, entry, now)
 
 
 def _parse(stamp: str) -> datetime:
@@ -193,28 +176,26 @@ def _stamp(when: datetime) -> str:
     return when.astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
-def _ticket_item(store: RunStore, ticket_id: str, record: TicketRecord, now: datetime) -> Item:
-    reason = record.stop or record.status.value
+def _ticket_item(run: str, entry: waitlist.Entry, now: datetime) -> Item:
     verbs = (
         ("handle", "--send"),
         ("handle", "--reply-file FILE"),
         ("handle", "--close --reason '...'"),
     )
-    return _record_item(
-        store, ticket_id, record, now, "ticket", reason, stops.reason(record), verbs
-    )
+    reason = entry.stop or entry.status
+    why = stops.worded(entry.stop, entry.detail)
+    return _record_item(run, entry, now, "ticket", reason, why, verbs)
 
 
-def _audit_item(store: RunStore, ticket_id: str, record: TicketRecord, now: datetime) -> Item:
-    why = f"a sampled pass ([review] audit_share): {record.summary or record.one_line or ''}"
+def _audit_item(run: str, entry: waitlist.Entry, now: datetime) -> Item:
+    why = f"a sampled pass ([review] audit_share): {entry.summary}"
     verbs = ("audit", "--good"), ("audit", "--bad --reason '...'")
-    return _record_item(store, ticket_id, record, now, "audit", "audit", why, verbs)
+    return _record_item(run, entry, now, "audit", "audit", why, verbs)
 
 
 def _record_item(
-    store: RunStore,
-    ticket_id: str,
-    record: TicketRecord,
+    run: str,
+    entry: waitlist.Entry,
     now: datetime,
     kind: Kind,
     reason: str,
@@ -223,41 +204,38 @@ def _record_item(
 ) -> Item:
     """An item that waits since the ticket's verdict; each of `verbs` (a command and its
     options) becomes `ticketgraph <command> <run> <ticket> <options>`."""
-    since = _since(store, ticket_id)
-    run = store.run_id
+    since = datetime.fromtimestamp(entry.since, UTC)
+    ticket_id = entry.ticket
     return Item(
-        kind=kind,
-        run_id=run,
-        ticket=ticket_id,
-        category=record.category,
-        reason=reason,
-        why=why,
-        since=_stamp(since),
-        age_s=round((now - since).total_seconds(), 1),
-        commands=[f"ticketgraph {verb} {run} {ticket_id} {options}" for verb, options in verbs],
+        kind,
+        run,
+        ticket_id,
+        entry.category,
+        reason,
+        why,
+        _stamp(since),
+        round((now - since).total_seconds(), 1),
+        [f"ticketgraph {verb} {run} {ticket_id} {options}" for verb, options in verbs],
     )
 
 
-def _call_item(
-    store: RunStore, meta: RunMeta, ticket_id: str, record: TicketRecord, now: datetime
-) -> Item | None:
-    waiting = record.waiting
-    assert waiting is not None
-    asked = approvals.request(store, ticket_id, waiting.call_id)
+def _call_item(store: RunStore, meta: RunMeta, entry: waitlist.Entry, now: datetime) -> Item | None:
+    assert entry.call_id is not None
+    asked = approvals.request(store, entry.ticket, entry.call_id)
     if asked is None:
         return None
     expire = approvals.expire_s(meta.config)
     standing = approvals.standing(store, asked, expire)
     since = _parse(asked.asked_at)
-    worker = meta.config.workers.get(record.category or "")
+    worker = meta.config.workers.get(entry.category or "")
     rule = worker.approval.get(asked.tool) if worker is not None else None
     run = store.run_id
-    state, why, commands = _call_state(run, ticket_id, standing)
+    state, why, commands = _call_state(run, entry.ticket, standing)
     return Item(
         kind="call",
         run_id=run,
-        ticket=ticket_id,
-        category=record.category,
+        ticket=entry.ticket,
+        category=entry.category,
         reason="approval",
         why=why,
         since=asked.asked_at,

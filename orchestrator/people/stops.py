@@ -3,6 +3,7 @@ the detail that goes with it (the gate's first report line, or the error's first
 
 from __future__ import annotations
 
+from orchestrator.run import waitlist
 from orchestrator.run.records import TicketRecord
 
 STOPS = {
@@ -30,17 +31,15 @@ def explained(stop: str | None) -> str:
     return STOPS.get(base, stop.replace("_", " "))
 
 
-def detail(record: TicketRecord) -> str | None:
-    """The first line of the error, or of the gate's last report, that goes with the stop."""
-    if record.error:
-        return record.error.strip().splitlines()[0] if record.error.strip() else None
-    if record.gate_reports:
-        return record.gate_reports[-1].split(" | ", 1)[0]
-    return None
+detail = waitlist.detail  # the first line of the error, or of the gate's last report
 
 
 def reason(record: TicketRecord) -> str:
     """Why the ticket needs a person, in one line."""
-    said = explained(record.stop)
-    more = detail(record)
+    return worded(record.stop, detail(record))
+
+
+def worded(stop: str | None, more: str | None) -> str:
+    """A stop code in words, with its detail (`detail`'s) if there is one."""
+    said = explained(stop)
     return f"{said}: {more}" if more else said

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from orchestrator.errors import GraphError, RunStateError, RunStorageError
 from orchestrator.exit_codes import ExitCode
-from orchestrator.run import totals
+from orchestrator.run import totals, waitlist
 from orchestrator.run.records import Cancel, RunMeta, RunStatus
 from orchestrator.run.store import RunStore
 
@@ -46,6 +46,7 @@ def end(
     if (ended := _end(store, ends, trace)) is not None:
         return ended
     store.materialise()
+    waitlist.write(store)
     return exit_code
 
 

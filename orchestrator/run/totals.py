@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pydantic import BaseModel, ValidationError
 
 from orchestrator.errors import RunStateError
+from orchestrator.run import waitlist
 from orchestrator.run.records import RunMeta, RunStatus, RunTotals, spent
 from orchestrator.run.store import ROUTE_NODE, RunStore
 from workers import atomic
@@ -131,6 +132,7 @@ def recount(store: RunStore) -> None:
         if (meta.totals, meta.budget) != before:
             store.write_meta(meta, touch=False)
     store.materialise()
+    waitlist.write(store)
 
 
 def recount_quietly(store: RunStore) -> None:

@@ -36,29 +36,29 @@ class Waiting:
     def __init__(self, workspace: Workspace) -> None:
         self.runs_dir = workspace.runs
         self.lock = threading.Lock()
-        self.kept: dict[str, tuple[Key, float, list[queue.Item]]] = {}
+        # Each item with when it began to wait (seconds since the epoch), to age it quickly.
+        self.kept: dict[str, tuple[Key, float, list[tuple[float, queue.Item]]]] = {}
 
     def items(self, run_id: str | None = None) -> list[queue.Item]:
-        """What waits for a person (in `run_id`, or every run), oldest first, ages as of now."""
+        """What waits for a person (in `run_id`, or every run), oldest first, ages as of now:
+        copies, so a request's ages are its own."""
         names = [run_id] if run_id else _runs(self.runs_dir)
-        found: list[queue.Item] = []
+        found: list[tuple[float, queue.Item]] = []
         for name in names:
             found += self._of(name)
-        now = datetime.now(UTC)
-        aged = [
-            item.model_copy(update={"age_s": round((now - _parse(item.since)).total_seconds(), 1)})
-            for item in found
-        ]
+        now = time.time()
+        aged = [item.aged(round(now - since, 1)) for since, item in found]
         return sorted(aged, key=lambda i: (i.since, i.run_id, i.ticket))
 
-    def _of(self, run_id: str) -> list[queue.Item]:
+    def _of(self, run_id: str) -> list[tuple[float, queue.Item]]:
         folder = self.runs_dir / run_id
         key = _key(folder)
         with self.lock:
             kept = self.kept.get(run_id)
         if kept is not None and kept[0] == key and time.monotonic() - kept[1] < MAX_AGE_S:
             return kept[2]
-        read = queue.of_run(folder) if key[0] is not None else []
+        found = queue.of_run(folder) if key[0] is not None else []
+        read = [(_parse(item.since).timestamp(), item) for item in found]
         with self.lock:
             self.kept[run_id] = (key, time.monotonic(), read)
         return read

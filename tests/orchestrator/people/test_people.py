@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.config.workspace import CONFIG_FILE
+from orchestrator.run import waitlist
+from orchestrator.run.store import RunStore
 from tests.conftest import Cli, settled, state
 
 FILLER = "please wait a moment"
@@ -98,6 +100,44 @@ def test_the_queue_lists_the_needs_human_ticket_and_the_waiting_refunds_in_words
     )
     assert decided["T-1007"]["commands"] == [f"ticketgraph resume {run_id}"]
     assert decided["T-1008"]["state"] == "waiting"
+
+
+def _ageless(found: dict[str, Any]) -> dict[str, Any]:
+    """The queue without its ages (they grow between two reads)."""
+    items = [{k: v for k, v in i.items() if k != "age_s"} for i in found["items"]]
+    return {"counts": found["counts"], "items": items}
+
+
+def test_the_queue_reads_an_ended_runs_waitlist_only_while_its_records_are_unchanged(
+    demo: Path, cli: Cli
+) -> None:
+    run_id = _run(cli, demo, "T-1007.txt", "T-1008.txt")
+    listed = demo / "runs" / run_id / waitlist.FILE
+    assert listed.is_file()  # written as the run ended
+    from_list = _queue(cli, demo)
+    listed.unlink()
+    from_records = _queue(cli, demo)
+    assert _ageless(from_list) == _ageless(from_records)
+    assert from_records["counts"] == {"call": 2, "ticket": 1, "audit": 0}
+    assert cli("queue", cwd=demo).stdout.splitlines()[0] == "3 waiting for a person " + (
+        "(2 calls, 1 ticket):"
+    )
+    # What the list says is what the queue shows while records/ is as it was read...
+    waitlist.write(RunStore(demo / "runs" / run_id))
+    kept = json.loads(listed.read_text())
+    for entry in kept["entries"]:
+        entry[3] = "max_rounds" if entry[0] == "T-1004" else entry[3]
+    listed.write_text(json.dumps(kept))
+    assert {i["ticket"]: i["reason"] for i in _queue(cli, demo, "--kind", "ticket")["items"]} == {
+        "T-1004": "max_rounds"
+    }
+    # ...and a record written since (by a rename, as every record is) makes it read records/.
+    record = demo / "runs" / run_id / "records" / "T-1004.json"
+    (record.parent / ".T-1004.tmp").write_bytes(record.read_bytes())
+    (record.parent / ".T-1004.tmp").replace(record)
+    assert {i["ticket"]: i["reason"] for i in _queue(cli, demo, "--kind", "ticket")["items"]} == {
+        "T-1004": "no_progress"
+    }
 
 
 def test_handle_with_a_reply_file_publishes_it_keeps_the_runs_draft_and_drains_the_queue(
