@@ -29,6 +29,9 @@ VERSION = 1
 # A folder's time can be as coarse as the kernel's clock tick: its version is only taken
 # once the last write into it is this much older, so a write during the read changes it.
 SETTLED_S = 0.05
+# Below this many tickets the queue reads the records in a few milliseconds: no file is
+# written, and a run's end never waits for records/ to settle (the demo's 6 tickets).
+WORTH_IT = 200
 LISTED = frozenset({TicketStatus.NEEDS_HUMAN, TicketStatus.AWAITING_APPROVAL})
 
 Version = tuple[int, int]
@@ -72,11 +75,14 @@ def read(store: RunStore, audit_share: float) -> list[Entry] | None:
         return None
 
 
-def write(store: RunStore) -> None:
-    """Read the run's records and write waitlist.json (under the version they were read at).
+def write(store: RunStore, smallest: int = WORTH_IT) -> None:
+    """Read the run's records and write waitlist.json (under the version they were read at),
+    for a run of at least `smallest` tickets.
     A folder that cannot be read or written now is left as it is: the queue reads the
     records instead, as it does for a live run."""
     try:
+        if len(os.listdir(f"{store.dir}/records")) < smallest:
+            return
         share = store.meta().config.audit_share
         version = _settled(store)
         if version is None:
