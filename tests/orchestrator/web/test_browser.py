@@ -8,10 +8,12 @@ temporary folder.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -64,10 +66,14 @@ def statuses(page: Any) -> list[str]:
     return page.locator("table.tickets td.status").all_inner_texts()  # type: ignore[no-any-return]
 
 
-def test_the_live_run_page_changes_by_itself_and_its_form_cancels_the_run(
-    tmp_path: Path, browser: Any
-) -> None:
-    workspace = slow_demo(tmp_path / "live", latency_ms=1500)
+@contextlib.contextmanager
+def live_page(
+    tmp_path: Path, browser: Any, latency_ms: int
+) -> Iterator[tuple[Path, str, subprocess.Popen[str], Any]]:
+    """A slow demo run on one lane (`run --quiet`), the web view beside it, and a signed-in
+    page open on the run's live page: (workspace, run id, the run's command, the page). The
+    command is killed after, if it still runs."""
+    workspace = slow_demo(tmp_path / "live", latency_ms=latency_ms)
     running = subprocess.Popen(
         command("run", "--quiet"),
         cwd=workspace,
@@ -83,31 +89,36 @@ def test_the_live_run_page_changes_by_itself_and_its_form_cancels_the_run(
             page.goto(f"{url}/runs/{run_id}")
             assert page.locator(".live").count() == 1
             page.evaluate("window.__same_page = true")
-            before = statuses(page)
-            page.wait_for_function(
-                "before => JSON.stringify([...document.querySelectorAll("
-                "'table.tickets td.status')].map(e => e.innerText)) !== JSON.stringify(before)",
-                arg=before,
-                timeout=30_000,
-            )
-            assert page.evaluate("window.__same_page") is True  # changed in place, no reload
-            assert statuses(page) != before
-            page.screenshot(path=str(shots(tmp_path) / "web-run-live.png"), full_page=True)
-
-            page.fill("form.cancel input[name=reason]", "stopped from the browser")
-            page.click("form.cancel button[name=cancel]")
-            page.wait_for_selector("pre.note")
-            assert f"cancelled run {run_id}: cancelled by {USER} (web)" in page.inner_text(
-                "pre.note"
-            )
-            assert running.wait(timeout=60) == 2  # the run's command: stopped early
-            page.reload()
-            assert page.inner_text("strong.verdict") == "cancelled"
-            assert page.locator(".live").count() == 0
+            yield workspace, run_id, running, page
     finally:
         if running.poll() is None:
             running.kill()
             running.wait()
+
+
+def test_the_live_run_page_changes_by_itself_and_its_form_cancels_the_run(
+    tmp_path: Path, browser: Any
+) -> None:
+    with live_page(tmp_path, browser, 1500) as (workspace, run_id, running, page):
+        before = statuses(page)
+        page.wait_for_function(
+            "before => JSON.stringify([...document.querySelectorAll("
+            "'table.tickets td.status')].map(e => e.innerText)) !== JSON.stringify(before)",
+            arg=before,
+            timeout=30_000,
+        )
+        assert page.evaluate("window.__same_page") is True  # changed in place, no reload
+        assert statuses(page) != before
+        page.screenshot(path=str(shots(tmp_path) / "web-run-live.png"), full_page=True)
+
+        page.fill("form.cancel input[name=reason]", "stopped from the browser")
+        page.click("form.cancel button[name=cancel]")
+        page.wait_for_selector("pre.note")
+        assert f"cancelled run {run_id}: cancelled by {USER} (web)" in page.inner_text("pre.note")
+        assert running.wait(timeout=60) == 2  # the run's command: stopped early
+        page.reload()
+        assert page.inner_text("strong.verdict") == "cancelled"
+        assert page.locator(".live").count() == 0
     meta = json.loads((workspace / "runs" / run_id / "run.json").read_text())
     assert meta["cancel"]["by"] == f"{USER} (web)"
     assert meta["cancel"]["reason"] == "stopped from the browser"

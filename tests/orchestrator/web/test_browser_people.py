@@ -10,7 +10,6 @@ Set TICKETGRAPH_SCREENSHOTS=docs to write docs/web-queue.png and docs/web-handle
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -18,9 +17,9 @@ from typing import Any
 import pytest
 
 from orchestrator.config.workspace import CONFIG_FILE, init_demo
-from tests.conftest import clean_env, demo_scripts, settled, variant, write_scenarios
-from tests.orchestrator.web.conftest import USER, command, run_cli, run_id_of, web_server
-from tests.orchestrator.web.test_browser import shots, signed_in, slow_demo, wait_for_run
+from tests.conftest import demo_scripts, settled, variant, write_scenarios
+from tests.orchestrator.web.conftest import USER, run_cli, run_id_of, web_server
+from tests.orchestrator.web.test_browser import live_page, shots, signed_in
 
 pytestmark = pytest.mark.slow
 BY = f"{USER} (web)"
@@ -224,39 +223,20 @@ def test_requeue_asks_first_and_an_earlier_runs_ticket_page_keeps_its_own_reply(
 def test_a_typed_filter_survives_the_live_page_and_its_action_bar_follows_the_run(
     tmp_path: Path, browser: Any
 ) -> None:
-    workspace = slow_demo(tmp_path / "live", latency_ms=700)
-    running = subprocess.Popen(
-        command("run", "--quiet"),
-        cwd=workspace,
-        env={**clean_env(), "POOL_SIZE": "1"},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        run_id = wait_for_run(workspace, running)
-        with web_server(workspace) as url:
-            page = signed_in(browser).new_page()
-            page.goto(f"{url}/runs/{run_id}")
-            assert page.locator(".live").count() == 1
-            page.evaluate("window.__same_page = true")
-            page.fill("form.filters input[name=q]", "T-100")
-            page.select_option("form.filters select[name=category]", index=1)
-            chosen = page.input_value("form.filters select[name=category]")
-            page.fill("#cancel-reason", "half-typed rea")
-            page.evaluate("document.getElementById('live').dataset.before = 'yes'")
-            page.wait_for_timeout(3000)  # three refreshes of the live parts
-            assert page.locator("#live[data-before]").count() == 0  # it was refreshed
-            assert page.input_value("form.filters input[name=q]") == "T-100"
-            assert page.input_value("form.filters select[name=category]") == chosen
-            assert page.input_value("#cancel-reason") == "half-typed rea"
-            assert running.wait(timeout=120) == 1, running.communicate()  # T-1004
-            # The action bar follows the run by itself: no cancel button once it ended.
-            page.wait_for_selector("form.cancel", state="detached", timeout=10_000)
-            assert page.locator(".live").count() == 0
-            assert page.evaluate("window.__same_page") is True  # no reload
-            assert page.input_value("form.filters input[name=q]") == "T-100"
-    finally:
-        if running.poll() is None:
-            running.kill()
-            running.wait()
+    with live_page(tmp_path, browser, 700) as (_, _run_id, running, page):
+        page.fill("form.filters input[name=q]", "T-100")
+        page.select_option("form.filters select[name=category]", index=1)
+        chosen = page.input_value("form.filters select[name=category]")
+        page.fill("#cancel-reason", "half-typed rea")
+        page.evaluate("document.getElementById('live').dataset.before = 'yes'")
+        page.wait_for_timeout(3000)  # three refreshes of the live parts
+        assert page.locator("#live[data-before]").count() == 0  # it was refreshed
+        assert page.input_value("form.filters input[name=q]") == "T-100"
+        assert page.input_value("form.filters select[name=category]") == chosen
+        assert page.input_value("#cancel-reason") == "half-typed rea"
+        assert running.wait(timeout=120) == 1, running.communicate()  # T-1004
+        # The action bar follows the run by itself: no cancel button once it ended.
+        page.wait_for_selector("form.cancel", state="detached", timeout=10_000)
+        assert page.locator(".live").count() == 0
+        assert page.evaluate("window.__same_page") is True  # no reload
+        assert page.input_value("form.filters input[name=q]") == "T-100"
