@@ -18,6 +18,7 @@ from orchestrator.config.environment import GraphSettings
 from orchestrator.config.workspace import Workspace
 from orchestrator.errors import ConfigError
 from orchestrator.process import free_port
+from orchestrator.run import ids
 from orchestrator.run.store import ROUTER
 from workers.errors import ScenarioError
 from workers.settings import HarnessSettings, masked
@@ -98,7 +99,7 @@ def _recording(settings: GraphSettings, upstream: str, host: str, port: int) -> 
 def miss_sentence(error: str, state_path: Path) -> str:
     """A cassette miss said with the ticket and the step whose request it was (the agent
     state's name, `<ticket>.<step>.json`), instead of the endpoint's address."""
-    ticket, _, step = state_path.name.removesuffix(".json").partition(".")
+    ticket, step = ids.agent_of(state_path)
     said = error[error.find("the cassette ") :] if "the cassette " in error else error
     who = "the routing step" if ticket == ROUTER else f"ticket {ticket}, step {step}"
     return f"{who}: {said}"

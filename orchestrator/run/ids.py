@@ -40,6 +40,13 @@ def run(value: str) -> str:
     return value
 
 
+def agent_of(state_path: Path) -> tuple[str, str]:
+    """(owner, step) of an agent's state file, `agents/<owner>.<step>.json`: a step's name
+    holds no dot (draft, review-1, draft-<angle>), a ticket id may (`T.1`)."""
+    owner, _, step = state_path.name.removesuffix(".json").rpartition(".")
+    return owner, step
+
+
 def out_name(ticket_id: str) -> str:
     """`out/<ticket>.txt`: where a ticket's reply is published, relative to the workspace
     (a record's `file`, the trace's), for a checked ticket id."""

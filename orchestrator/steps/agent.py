@@ -13,6 +13,7 @@ from pydantic import BaseModel
 from orchestrator.broker.timelimits import TIME_LIMIT
 from orchestrator.config.workspace import DEMO_SCENARIOS
 from orchestrator.coordination import budget, ratecap
+from orchestrator.run import ids
 from orchestrator.run.records import CANCELLED, RoleSettings, RunConfig, StepUsage
 from orchestrator.run.store import ROUTER
 from orchestrator.steps import approval as steps_approval
@@ -155,7 +156,7 @@ def _meter(ctx: Context, state_path: Path) -> budget.RunMeter | None:
     config = ctx.meta.config
     if not budget.limits(config).any or ctx.redis is None:
         return None
-    owner = state_path.name.split(".", 1)[0]
+    owner = ids.agent_of(state_path)[0]
     owner = "" if owner == ROUTER else owner
     return budget.RunMeter(ctx.redis, ctx.store, budget.limits(config), owner)
 

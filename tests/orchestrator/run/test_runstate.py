@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 
+from orchestrator.config import cassette
+from orchestrator.run import ids
 from orchestrator.run import store as store_module
 from orchestrator.run.fence import EpochFence
 from orchestrator.run.fence import path as fence_path
@@ -354,3 +356,15 @@ def test_an_error_of_the_producer_is_its_own_not_the_files_it_writes(tmp_path: P
     assert raised.value.filename == str(record)
     assert target.read_text() == "old"
     assert os.listdir(tmp_path) == ["run-state.json"]
+
+
+def test_an_agent_state_names_its_ticket_whole_when_the_id_has_dots(tmp_path: Path) -> None:
+    """Ticket ids may hold dots (`T.1`): the budget meter and a cassette miss take the owner
+    of `agents/<owner>.<step>.json` up to the step, not up to the first dot."""
+    store = _new_run(tmp_path, ["T.1"], TicketStatus.ROUTED)
+    for step in ("draft", "review-2", "draft-warm"):
+        assert ids.agent_of(store.agent_path("T.1", step)) == ("T.1", step)
+    said = cassette.miss_sentence(
+        "the cassette x.json holds no reply", store.agent_path("T.1", "review-2")
+    )
+    assert said == "ticket T.1, step review-2: the cassette x.json holds no reply"
