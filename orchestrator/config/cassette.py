@@ -100,6 +100,8 @@ def miss_sentence(error: str, state_path: Path) -> str:
     """A cassette miss said with the ticket and the step whose request it was (the agent
     state's name, `<ticket>.<step>.json`), instead of the endpoint's address."""
     ticket, step = ids.agent_of(state_path)
-    said = error[error.find("the cassette ") :] if "the cassette " in error else error
+    from workers.provider.cassette import MISS
+
+    said = error[error.find("the cassette ") :] if MISS in error else error
     who = "the routing step" if ticket == ROUTER else f"ticket {ticket}, step {step}"
     return f"{who}: {said}"

@@ -14,17 +14,18 @@ the evaluation's temporary copy (the workspace's own file is never touched).
                 workspace's own [gate] checks by its import path
 
 `LAYERS` is the one table, and a layer is one entry, a function that changes the
-configuration in place (`register`).
+configuration in place.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Callable
 from typing import Any
 
+from orchestrator.config.tables import CHECKS
 from orchestrator.errors import UsageError
-from orchestrator.steps.gate import CHECKS
 
 Config = dict[str, Any]
 Ablate = Callable[[Config], None]
@@ -108,14 +109,9 @@ LAYERS: dict[str, Ablate] = {
 }
 
 
-def register(layer: str, ablate: Ablate) -> None:
-    """Make `--ablate LAYER` take out a layer (voting's hook)."""
-    LAYERS[layer] = ablate
-
-
 def ablate(config: Config, layer: str) -> Config:
     """A copy of `config` without `layer`; `UsageError` naming the known layers."""
-    changed = json.loads(json.dumps(config))
+    changed = copy.deepcopy(config)
     if layer.startswith("gate:"):
         _gate_check(layer.removeprefix("gate:"))(changed)
     elif layer in LAYERS:

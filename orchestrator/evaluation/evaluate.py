@@ -3,7 +3,6 @@ ablated layer; scored per ticket, summed up, and compared pairwise ticket by tic
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from orchestrator.config.workspace import Workspace
@@ -121,8 +120,3 @@ def thresholds_missed(
     if max_cost is not None and cost > max_cost:
         missed.append(f"cost per ticket ${cost:.4f} > --max-cost-per-ticket ${max_cost}")
     return missed
-
-
-def source_path(value: str) -> Path:
-    """A dataset argument as a path."""
-    return Path(value)

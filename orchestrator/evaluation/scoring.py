@@ -94,7 +94,10 @@ def summary(
         "expectations_met": sum(s.met for s in values) / n,
         "label_agreement": statistics.fmean(agreed) if agreed else None,
         "cost_per_ticket_usd": spent / n,
-        "cost_usd": {"median": _median([s.cost_usd for s in values]), "p95": _p95(values)},
+        "cost_usd": {
+            "median": percentile([s.cost_usd for s in values], 50),
+            "p95": percentile([s.cost_usd for s in values], 95),
+        },
         "latency_s": {
             "median": percentile([s.latency_s for s in values], 50),
             "p95": percentile([s.latency_s for s in values], 95),
@@ -102,14 +105,6 @@ def summary(
         "wall_s": statistics.fmean(r.wall_s for r in runs),
         "spread": _spread(dataset, runs) if len(runs) > 1 else None,
     }
-
-
-def _median(values: list[float]) -> float:
-    return percentile(values, 50)
-
-
-def _p95(values: list[TicketScore]) -> float:
-    return percentile([s.cost_usd for s in values], 95)
 
 
 def _confusion(dataset: Dataset, runs: list[RunResult]) -> dict[str, dict[str, int]]:
