@@ -40,7 +40,7 @@ def path(run_dir: Path, name: str) -> Path:
 
 
 @contextlib.contextmanager
-def _locked(file: Path) -> Iterator[int]:
+def locked(file: Path) -> Iterator[int]:
     """An exclusive flock of `file` (created if absent); yields its descriptor."""
     try:
         fd = os.open(file, os.O_RDWR | os.O_CREAT, 0o644)
@@ -76,14 +76,14 @@ class EpochFence(Fence):
     @classmethod
     def take(cls, file: Path) -> EpochFence:
         """Take a new epoch, superseding every earlier copy."""
-        with _locked(file) as fd:
+        with locked(file) as fd:
             return cls(file, _bump(fd))
 
     @classmethod
     def take_if(cls, file: Path, may_take: Callable[[], bool]) -> EpochFence | None:
         """`take`, unless `may_take()`, asked under the lock, says the work is no longer
         there to do (then None, and nothing changes)."""
-        with _locked(file) as fd:
+        with locked(file) as fd:
             return cls(file, _bump(fd)) if may_take() else None
 
     def newest(self) -> int:
@@ -101,7 +101,7 @@ class EpochFence(Fence):
     @contextlib.contextmanager
     def held(self) -> Iterator[None]:
         """The body runs under the lock, only while this copy's epoch is the newest."""
-        with _locked(self.file) as fd:
+        with locked(self.file) as fd:
             if (newest := _epoch(fd)) != self.epoch:
                 raise self._superseded(newest)
             yield

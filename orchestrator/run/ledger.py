@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ValidationError
 
+from orchestrator.run import fence
 from orchestrator.run.store import RunStore
 from orchestrator.run.workspace import Workspace
 from workers import atomic
@@ -79,12 +80,12 @@ def repeats(workspace: Workspace, ticket: str) -> Repeats:
 
 def repeat(workspace: Workspace, ticket: str, by: str, run_id: str) -> Repeat:
     """Record that `by` asked for `ticket`'s writes to be made again (its keys change)."""
-    asked = repeats(workspace, ticket)
-    made = Repeat(by=by, at=now_iso(), run_id=run_id)
-    asked.asked.append(made)
     path = workspace.root / FOLDER / "repeats" / f"{ticket}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic.write_text(path, asked.model_dump_json(indent=1))
+    with fence.locked(path.with_suffix(".lock")):  # two requeues at once both count
+        asked = repeats(workspace, ticket)
+        made = Repeat(by=by, at=now_iso(), run_id=run_id)
+        asked.asked.append(made)
+        atomic.write_text(path, asked.model_dump_json(indent=1))
     return made
 
 
@@ -123,20 +124,34 @@ def ledger(workspace: Workspace, run_id: str, made: History, fence: Fence = UNFE
     return Ledger(workspace.root / FOLDER / "writes", run_id, made.labels(), fence)
 
 
-def of_ticket(workspace: Workspace, store: RunStore, ticket: str) -> list[Write]:
-    """The ledger's writes that a new run of `ticket` (as `store` claimed it) would meet
-    under the same keys: same text, same number of repeats."""
-    try:
-        text = text_hash(store.ticket_path(ticket).read_text(encoding="utf-8"))
-    except OSError:
-        return []
-    count = len(repeats(workspace, ticket).asked)
+def of_tickets(workspace: Workspace, store: RunStore, tickets: list[str]) -> dict[str, list[Write]]:
+    """For each of `tickets`, the ledger's writes a new run of it (as `store` claimed it)
+    would meet under the same keys: same text, same number of repeats. The ledger is read
+    once, however many tickets."""
+    scopes = {}
+    for ticket in tickets:
+        try:
+            text = text_hash(store.ticket_path(ticket).read_text(encoding="utf-8"))
+        except OSError:
+            continue
+        scopes[ticket] = (text, len(repeats(workspace, ticket).asked))
+    found: dict[str, list[Write]] = {ticket: [] for ticket in tickets}
+    if not scopes:
+        return found
+    for w in writes(workspace.root / FOLDER / "writes"):
+        scope = scopes.get(str(w.labels.get("ticket")))
+        if scope is not None and (w.labels.get("text"), w.labels.get("repeats")) == scope:
+            found[str(w.labels["ticket"])].append(w)
+    return found
+
+
+def fates(workspace: Workspace, store: RunStore, tickets: list[str]) -> list[tuple[str, str]]:
+    """Each write the ledger holds for `tickets`, in words, with what a new run would do
+    with it."""
     return [
-        w
-        for w in writes(workspace.root / FOLDER / "writes")
-        if w.labels.get("ticket") == ticket
-        and w.labels.get("text") == text
-        and w.labels.get("repeats") == count
+        (f"{ticket} {write.tool} (call {write.call_id}, {write.run_id})", fate(write, False))
+        for ticket, held in of_tickets(workspace, store, tickets).items()
+        for write in held
     ]
 
 

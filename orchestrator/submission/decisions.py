@@ -102,13 +102,15 @@ def requeue(
     from orchestrator.errors import UsageError
     from orchestrator.intake import claims, journal
     from orchestrator.people import effects
-    from orchestrator.run import lease
+    from orchestrator.run import lease, ledger
 
     store = find(workspace, run_id)
     lease.wait_free(store, wait=False)
     chosen = tickets or store.ticket_ids()
     if not (force or repeat_writes) and (again := effects.would_run_again(store, chosen)):
-        fates = [f"{line} (next run: {fate})" for line, fate in _fates(workspace, store, chosen)]
+        fates = [
+            f"{line} (next run: {fate})" for line, fate in ledger.fates(workspace, store, chosen)
+        ]
         raise UsageError(effects.refusal(run_id, again, fates))
     names = claims.names_of(store, tickets)
     done = claims.requeue(workspace, store, names)
@@ -130,17 +132,6 @@ def requeue(
     return "".join(f"{line}\n" for line in lines)
 
 
-def _fates(workspace: Workspace, store: RunStore, tickets: list[str]) -> list[tuple[str, str]]:
-    """Each write the ledger holds for `tickets` and what a new run would do with it."""
-    from orchestrator.run import ledger
-
-    return [
-        (f"{ticket} {write.tool} (call {write.call_id}, {write.run_id})", ledger.fate(write, False))
-        for ticket in tickets
-        for write in ledger.of_ticket(workspace, store, ticket)
-    ]
-
-
 def writes_text(
     workspace: Workspace, store: RunStore, tickets: list[str], by: str, repeat_writes: bool
 ) -> list[str]:
@@ -150,8 +141,10 @@ def writes_text(
     from orchestrator.run import ledger
 
     lines = []
-    for ticket in tickets or store.ticket_ids():
-        for write in ledger.of_ticket(workspace, store, ticket):
+    chosen = tickets or store.ticket_ids()
+    held = ledger.of_tickets(workspace, store, chosen)
+    for ticket in chosen:
+        for write in held[ticket]:
             said = ledger.fate(write, repeat_writes)
             lines.append(f"{ticket} {write.tool} (call {write.call_id}, {write.run_id}): {said}")
         if repeat_writes:

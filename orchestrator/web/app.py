@@ -46,7 +46,7 @@ from starlette.templating import Jinja2Templates
 from orchestrator.config.workspace import Workspace
 from orchestrator.errors import GraphError, RunStateError, UsageError
 from orchestrator.people import effects, money, queue, stops
-from orchestrator.run import ids, store
+from orchestrator.run import ids, ledger, store
 from orchestrator.steps import report
 from orchestrator.web import forms, login, metrics, paging, story
 from orchestrator.web.catalog import Catalog, RunRow, TicketRow
@@ -328,8 +328,6 @@ class View:
     ) -> Response | None:
         """The page that asks before a requeue that would run something again (None: it
         would not, so nothing is asked)."""
-        from orchestrator.submission.decisions import _fates
-
         run_store = self._store(run_id)
         chosen = tickets or run_store.ticket_ids()
         again = effects.would_run_again(run_store, chosen)
@@ -339,7 +337,7 @@ class View:
             "run_id": run_id,
             "tickets": tickets,
             "again": sorted(again.items()),
-            "fates": _fates(self.settings.workspace, run_store, sorted(again)),
+            "fates": ledger.fates(self.settings.workspace, run_store, sorted(again)),
             "back": back or f"/runs/{run_id}",
         }
         return self.render(request, "confirm_requeue.html", context)
@@ -524,6 +522,5 @@ def _writes(
     workspace: Workspace, run_store: store.RunStore, ticket_id: str
 ) -> list[tuple[Any, str]]:
     """The ticket's writes in the workspace's ledger, each with what a requeue does with it."""
-    from orchestrator.run import ledger
-
-    return [(w, ledger.fate(w, False)) for w in ledger.of_ticket(workspace, run_store, ticket_id)]
+    held = ledger.of_tickets(workspace, run_store, [ticket_id])[ticket_id]
+    return [(w, ledger.fate(w, False)) for w in held]
