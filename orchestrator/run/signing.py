@@ -118,10 +118,30 @@ def trusted(workspace: Workspace, own_folder: bool = False) -> dict[str, Ed25519
     (or the folder TICKETGRAPH_TRUSTED_KEYS names, unless `own_folder`)."""
     named = os.environ.get("TICKETGRAPH_TRUSTED_KEYS")
     folder = Path(named) if named and not own_folder else workspace.root / KEYS
+    try:
+        files = sorted(
+            (e.name, e.stat().st_mtime_ns, e.stat().st_size, e.inode())
+            for e in os.scandir(folder)
+            if e.name.endswith(".pub")
+        )
+    except OSError:
+        return {}
+    # Read again only when a public half was added, removed or rewritten: a worker checks
+    # every decision of every waiting call on every pass.
+    seen = _TRUSTED.get(folder)
+    if seen is None or seen[0] != files:
+        seen = _TRUSTED[folder] = (files, _read_keys(folder, [name for name, *_ in files]))
+    return dict(seen[1])
+
+
+_TRUSTED: dict[Path, tuple[list[tuple[str, int, int, int]], dict[str, Ed25519PublicKey]]] = {}
+
+
+def _read_keys(folder: Path, names: list[str]) -> dict[str, Ed25519PublicKey]:
     found: dict[str, Ed25519PublicKey] = {}
-    for path in sorted(folder.glob("*.pub")) if folder.is_dir() else []:
+    for name in names:
         try:
-            raw = base64.b64decode(path.read_text().split()[1], validate=True)
+            raw = base64.b64decode((folder / name).read_text().split()[1], validate=True)
             public = Ed25519PublicKey.from_public_bytes(raw)
         except (OSError, IndexError, ValueError):
             continue  # not a public half: trusts nobody
