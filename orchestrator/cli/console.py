@@ -319,7 +319,7 @@ def resume_command(run: RunMeta | RunStore) -> str:
 
 def _workspace_of(run: RunMeta | RunStore) -> tuple[Path, str]:
     """The run's workspace, and the `--workspace` a command needs to name it from here."""
-    workspace = Path(run.workspace) if isinstance(run, RunMeta) else run.dir.parent.parent
+    workspace = Path(run.workspace) if isinstance(run, RunMeta) else run.workspace.root
     here = Path.cwd().resolve()
     return workspace, "" if workspace.resolve() == here else f" --workspace {workspace}"
 

@@ -178,7 +178,7 @@ def _unsigned(store: RunStore, asked: Request, made: Decision) -> str | None:
     """Why a person's decision was not made by someone the workspace trusts, or None."""
     if made.run_id != asked.run_id:
         return f"it names another run ({made.run_id or 'none'})"
-    return signing.flaw(Workspace(store.dir.parent.parent), made.model_dump())
+    return signing.flaw(store.workspace, made.model_dump())
 
 
 def set_aside(store: RunStore, ticket: str, call_id: str, why: str) -> None:
@@ -274,7 +274,7 @@ def decide(
         reason=reason,
         run_id=asked.run_id,
     )
-    key = signing.signer(Workspace(store.dir.parent.parent))
+    key = signing.signer(store.workspace)
     made.key_id, made.signature = signing.sign(key, made.model_dump())
     return record(store, made)
 

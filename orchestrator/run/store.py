@@ -80,6 +80,11 @@ class RunStore:
         self._records: dict[str, str] | None = None if fence is UNFENCED else {}
         self._route_was_closed = False
 
+    @property
+    def workspace(self) -> Workspace:
+        """The workspace the run belongs to (runs/<run_id>/ in it)."""
+        return Workspace(self.dir.parent.parent)
+
     def fenced(self, fence: Fence) -> RunStore:
         """The same run, written through `fence` (one delivery's hold, fence.py)."""
         return RunStore(self.dir, fence)

@@ -154,7 +154,7 @@ def _first_records(
 ) -> Iterator[tuple[str, TicketRecord]]:
     """Each ticket's first record, made as it is needed (a record is 5.9 KB of objects:
     10,000 held at once were most of the CLI's peak)."""
-    source = os.path.relpath(store.claimed_dir, store.dir.parent.parent)
+    source = os.path.relpath(store.claimed_dir, store.workspace.root)
     for t in tickets:
         record = TicketRecord(
             source=f"{source}/{t.name}",
