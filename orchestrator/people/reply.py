@@ -11,11 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orchestrator.run.records import TicketRecord
+from orchestrator.run.records import REPORT_SEPARATOR, TicketRecord
 from orchestrator.run.store import RunStore
 from workers import atomic
-
-REPORT_SEPARATOR = " | "  # how gate.check joins one round's problems
 
 
 @dataclass(frozen=True)

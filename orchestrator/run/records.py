@@ -25,6 +25,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from orchestrator.run.outline import REPORTED_NODES
 from workers.pricing import PriceTable
 
+# How the gate joins one round's problems into one report (gate_reports, a trace's `gate`).
+REPORT_SEPARATOR = " | "
+
 
 class TicketStatus(StrEnum):
     """Where a ticket is in the graph."""

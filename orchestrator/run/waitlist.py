@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from typing import NamedTuple
 
 from orchestrator.errors import GraphError
-from orchestrator.run.records import TicketRecord, TicketStatus
+from orchestrator.run.records import REPORT_SEPARATOR, TicketRecord, TicketStatus
 from orchestrator.run.store import RunStore
 
 FILE = "waitlist.json"
@@ -55,7 +55,7 @@ def detail(record: TicketRecord) -> str | None:
     if record.error:
         return record.error.strip().splitlines()[0] if record.error.strip() else None
     if record.gate_reports:
-        return record.gate_reports[-1].split(" | ", 1)[0]
+        return record.gate_reports[-1].split(REPORT_SEPARATOR, 1)[0]
     return None
 
 

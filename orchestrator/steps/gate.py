@@ -27,7 +27,7 @@ from pathlib import Path
 from orchestrator.config import declarations
 from orchestrator.config.tables import CHECKS
 from orchestrator.config.workspace import Workspace
-from orchestrator.run.records import RunConfig
+from orchestrator.run.records import REPORT_SEPARATOR, RunConfig
 from workers import atomic
 
 PROMPT_LABELS = ("ticket id:", "customer's text:")
@@ -151,7 +151,7 @@ def check(
     ticket = rules.ticket or TicketView(ticket_id, "")
     for name, own in rules.own:
         problems += [f"{name}:{reason}" for reason in _own(own, draft, ticket)]
-    return GateResult(passed=not problems, report=" | ".join(problems))
+    return GateResult(passed=not problems, report=REPORT_SEPARATOR.join(problems))
 
 
 def _own(
