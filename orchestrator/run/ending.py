@@ -45,8 +45,7 @@ def end(
 
     if (ended := _end(store, ends, trace)) is not None:
         return ended
-    store.materialise()
-    waitlist.write(store)
+    waitlist.materialise(store)
     return exit_code
 
 

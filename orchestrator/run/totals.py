@@ -131,8 +131,7 @@ def recount(store: RunStore) -> None:
         count(store, meta)
         if (meta.totals, meta.budget) != before:
             store.write_meta(meta, touch=False)
-    store.materialise()
-    waitlist.write(store)
+    waitlist.materialise(store)
 
 
 def recount_quietly(store: RunStore) -> None:

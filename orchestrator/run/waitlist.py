@@ -80,17 +80,48 @@ def write(store: RunStore, smallest: int = WORTH_IT) -> None:
     for a run of at least `smallest` tickets.
     A folder that cannot be read or written now is left as it is: the queue reads the
     records instead, as it does for a live run."""
+    if (taken := _take(store, smallest)) is not None:
+        share, version = taken
+        _dump(store, share, version, list(of_records(store, share)))
+
+
+def materialise(store: RunStore, smallest: int = WORTH_IT) -> None:
+    """run-state.json (`RunStore.materialise`) and, for a run of at least `smallest`
+    tickets, waitlist.json, from one read of the records: what a run's end writes."""
+    if (taken := _take(store, smallest)) is None:
+        store.materialise()
+        return
+    share, version = taken
+    entries: list[Entry] = []
+
+    def tapped() -> Iterator[tuple[str, TicketRecord]]:
+        for ticket_id, record in store.records():
+            if (entry := _entry(store, ticket_id, record, share)) is not None:
+                entries.append(entry)  # before run-state.json's view of it is added
+            yield ticket_id, record
+
+    store.materialise(tapped())
+    _dump(store, share, version, entries)
+
+
+def _take(store: RunStore, smallest: int) -> tuple[float, Version] | None:
+    """The run's audit share and records/'s settled version, when a waitlist is worth
+    writing now (None: too few tickets, or the folder cannot be read or is changing)."""
     try:
         if len(os.listdir(f"{store.dir}/records")) < smallest:
-            return
+            return None
         share = store.meta().config.audit_share
         version = _settled(store)
-        if version is None:
-            return
-        entries = list(of_records(store, share))
-        text = json.dumps(
-            {"version": VERSION, "records": version, "audit_share": share, "entries": entries}
-        )
+    except (OSError, GraphError):
+        return None
+    return None if version is None else (share, version)
+
+
+def _dump(store: RunStore, share: float, version: Version, entries: list[Entry]) -> None:
+    text = json.dumps(
+        {"version": VERSION, "records": version, "audit_share": share, "entries": entries}
+    )
+    try:
         store.write(store.dir / FILE, text, durable=False)
     except (OSError, GraphError):
         return
@@ -99,17 +130,24 @@ def write(store: RunStore, smallest: int = WORTH_IT) -> None:
 def of_records(store: RunStore, audit_share: float) -> Iterator[Entry]:
     """The entries, read from every record of the run (what waitlist.json keeps)."""
     for ticket_id, record in records(store):
-        if record.status in LISTED or (record.status is TicketStatus.PASS and audit_share > 0):
-            yield Entry(
-                ticket_id,
-                record.status.value,
-                record.category,
-                record.stop,
-                detail(record),
-                _summary(record),
-                record.waiting.call_id if record.waiting is not None else None,
-                _mtime(store, ticket_id),
-            )
+        if (entry := _entry(store, ticket_id, record, audit_share)) is not None:
+            yield entry
+
+
+def _entry(store: RunStore, ticket_id: str, record: TicketRecord, share: float) -> Entry | None:
+    """The ticket's entry, if a person may have to act on it."""
+    if not (record.status in LISTED or (record.status is TicketStatus.PASS and share > 0)):
+        return None
+    return Entry(
+        ticket_id,
+        record.status.value,
+        record.category,
+        record.stop,
+        detail(record),
+        _summary(record),
+        record.waiting.call_id if record.waiting is not None else None,
+        _mtime(store, ticket_id),
+    )
 
 
 def _summary(record: TicketRecord) -> str:

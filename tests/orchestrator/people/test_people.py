@@ -114,7 +114,7 @@ def test_the_queue_reads_an_ended_runs_waitlist_only_while_its_records_are_uncha
     run_id = _run(cli, demo, "T-1007.txt", "T-1008.txt")
     listed = demo / "runs" / run_id / waitlist.FILE
     assert not listed.exists()  # a run this small ends without one: its records are few
-    waitlist.write(RunStore(demo / "runs" / run_id), smallest=0)  # as a big run's end does
+    waitlist.materialise(RunStore(demo / "runs" / run_id), smallest=0)  # a big run's end
     assert listed.is_file()
     from_list = _queue(cli, demo)
     listed.unlink()
