@@ -27,16 +27,9 @@ Kinds:
 
 
 def _by(by: str | None) -> str:
-    from orchestrator.submission.decisions import _user
+    from orchestrator.run import signing
 
-    return by or _user()
-
-
-def _age(seconds: float) -> str:
-    """An age a person reads at a glance: 45 s, 12 min, 3.5 h, 2.1 d (the web's too)."""
-    from orchestrator.people.queue import age_words
-
-    return age_words(seconds)
+    return by or signing.user_name()
 
 
 @click.command("queue", epilog=QUEUE_NOTES)
@@ -97,7 +90,7 @@ def _queue_text(found: list[Any]) -> str:
         head = f"{item.kind:<7}{item.run_id} {item.ticket}"
         if item.category:
             head += f" ({item.category})"
-        lines.append(f"{head}, waiting {_age(item.age_s)}")
+        lines.append(f"{head}, waiting {waiting.age_words(item.age_s)}")
         if item.kind == "call":
             lines.append(f"    {item.tool}: {item.arguments}")
             rule = f"rule {item.rule!r}" if item.rule else "its tool's approval policy"

@@ -31,15 +31,12 @@ def explained(stop: str | None) -> str:
     return STOPS.get(base, stop.replace("_", " "))
 
 
-detail = waitlist.detail  # the first line of the error, or of the gate's last report
-
-
 def reason(record: TicketRecord) -> str:
     """Why the ticket needs a person, in one line."""
-    return worded(record.stop, detail(record))
+    return worded(record.stop, waitlist.detail(record))
 
 
 def worded(stop: str | None, more: str | None) -> str:
-    """A stop code in words, with its detail (`detail`'s) if there is one."""
+    """A stop code in words, with its detail (`waitlist.detail`'s) if there is one."""
     said = explained(stop)
     return f"{said}: {more}" if more else said

@@ -73,7 +73,7 @@ class People:
             "runs": sorted({i.run_id for i in every}, reverse=True),
             "link": lambda **changed: paging.link("/queue", chosen, changed),
             "explain": stops.explained,
-            "age": age,
+            "age": queue.age_words,  # as the CLI's queue prints it
             "key": call_key,
             "error": None,
             "typed": {},
@@ -127,7 +127,7 @@ class People:
             "keys": keys,
             "decision": decision,
             "reason": reason,
-            "age": age,
+            "age": queue.age_words,  # as the CLI's queue prints it
             "missing": len(wanted) - len(cards),
         }
         return self.view.render(request, "confirm_decide.html", context)
@@ -223,9 +223,6 @@ class People:
             return started.said + "\n"
 
         return await self.view.act(request, f"/runs/{run_id}", act)
-
-
-age = queue.age_words  # as the CLI's queue prints it
 
 
 def call_key(item: queue.Item) -> str:
