@@ -9,6 +9,8 @@ import os
 import secrets
 from collections.abc import Iterable, Iterator
 
+from workers import commit
+
 try:
     _LIBC: ctypes.CDLL | None = ctypes.CDLL(None, use_errno=True)
     _SYNCFS = _LIBC.syncfs
@@ -21,15 +23,18 @@ Content = str | bytes | Iterable[bytes]  # text, UTF-8 bytes, or such bytes in p
 
 def write_text(path: str | os.PathLike[str], text: Content, durable: bool = True) -> None:
     """Write `text` (or bytes, already UTF-8, whole or as an iterable of pieces written as
-    they come) to `path` via a temp file in the same folder, fsync, then rename over it.
+    they come) to `path` via a temp file in the same folder, flush it to disk (through the
+    process's group commit, workers/commit.py), then rename over it.
 
     `durable=False` skips the fsync: still atomic for any reader and through a killed
     process (the page cache outlives it), but an OS crash may bring the old file back.
     For state that can be derived again (a read-only tool's result, a stop reason).
     """
     target = os.fspath(path)
-    tmp = _write_temp(target, text, fsync=durable)
+    tmp = _write_temp(target, text, fsync=False)
     try:
+        if durable:  # with whatever other threads of this process save now: one flush
+            _flushed(tmp, target)
         os.replace(tmp, target)
     except BaseException:
         _unlink(tmp)
@@ -186,6 +191,14 @@ def _write_temp(target: str, text: Content, fsync: bool) -> str:
         raise
     os.close(fd)
     return tmp
+
+
+def _flushed(tmp: str, target: str) -> None:
+    """`tmp` on disk through the group commit; a failed flush names `target`."""
+    try:
+        commit.flushed(tmp)
+    except OSError as exc:
+        raise _naming(exc, target) from exc
 
 
 def _temp_name(folder: str, name: str) -> str:

@@ -16,6 +16,7 @@ from orchestrator.config.environment import GraphSettings
 from orchestrator.coordination import leases
 from orchestrator.coordination.heartbeat import HEARTBEAT_CONF_KEY
 from orchestrator.errors import ConfigError
+from workers import commit
 from workers.settings import HarnessSettings, load
 
 app = Celery("ticketgraph", include=["orchestrator.plan.tasks"])
@@ -98,6 +99,7 @@ def configure(broker_url: str, settings: GraphSettings, llm: HarnessSettings) ->
     }
     app.conf.update(conf)
     leases.configure(settings.lease_s)  # this process's holds and slots, and its children's
+    commit.configure(settings.commit_window_ms)  # the same: its flushes to disk
     # Worker threads look tasks' app up through Celery's current/default app; make it ours.
     app.set_current()
     app.set_default()

@@ -58,6 +58,13 @@ class GraphSettings(BaseSettings):
         description="how long a dead worker's budget hold or cap slot outlives it (its "
         "holder renews every quarter of it)",
     )
+    commit_window_ms: float = Field(
+        default=0,
+        ge=0,
+        le=1000,
+        description="how long a worker process gathers durable saves into one flush to disk "
+        "(workers/commit.py; 0: the saves that arrive while a flush runs)",
+    )
     processes: int | None = Field(
         default=None,
         ge=1,

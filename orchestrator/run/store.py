@@ -149,6 +149,10 @@ class RunStore:
         """The ticket's text as claimed into the run (later nodes read it from here)."""
         return self.dir / "tickets" / f"{ids.ticket(ticket_id)}.txt"
 
+    def ticket_text(self, ticket_id: str) -> str:
+        """The ticket's text as claimed into the run folder."""
+        return atomic.read_bytes(self.ticket_path(ticket_id)).decode("utf-8")
+
     def record_path(self, ticket_id: str) -> Path:
         """The ticket's record."""
         return self.dir / "records" / f"{ids.ticket(ticket_id)}.json"

@@ -82,28 +82,27 @@ class Batching:
 
 def for_run(config: RunConfig, texts: Mapping[str, str]) -> Batching:
     """The batching of a run whose tickets show the router `texts` (id -> text)."""
+    # A token is a byte at least: when every ticket fits one call counted in bytes, any
+    # part of them does too, and the worker need not build the tokenizer (~0.5 s of CPU).
+    rough = _batching(config, texts, _utf8_bytes)
+    if len(rough.plan(list(texts))) <= 1:
+        return rough
+    return _batching(config, texts, tokens.count)
+
+
+def counts_tokens(config: RunConfig, texts: Mapping[str, str]) -> bool:
+    """Whether `for_run` over `texts` counts tokens (it builds the tokenizer)."""
+    return len(_batching(config, texts, _utf8_bytes).plan(list(texts))) > 1
+
+
+def _batching(config: RunConfig, texts: Mapping[str, str], count: Callable[[str], int]) -> Batching:
+    """The room of one routing call (the router's system prompt, its reply capped at its
+    max_tokens, None: uncapped) and each ticket's cost in it, counted by `count`."""
     role = agent.role_of(config, "router")
     system = agent.role_prompt(role, config) or prompts.ROUTER.format(
         categories=agent.categories_text(config)
     )
     max_tokens = role.params.max_tokens
-    # A token is a byte at least: when every ticket fits one call counted in bytes, any
-    # part of them does too, and the worker need not build the tokenizer (~0.5 s of CPU).
-    rough = _batching(config, texts, system, max_tokens, _utf8_bytes)
-    if len(rough.plan(list(texts))) <= 1:
-        return rough
-    return _batching(config, texts, system, max_tokens, tokens.count)
-
-
-def _batching(
-    config: RunConfig,
-    texts: Mapping[str, str],
-    system: str,
-    max_tokens: int | None,
-    count: Callable[[str], int],
-) -> Batching:
-    """The room of one routing call (its system prompt `system`, its reply capped at
-    `max_tokens`, None: uncapped) and each ticket's cost in it, counted by `count`."""
     window = config.router_context_tokens
     reply_cap = max_tokens if max_tokens is not None else int(window * UNCAPPED_REPLY_SHARE)
     frame = [{"role": "system", "content": system}, {"role": "user", "content": ""}]

@@ -27,7 +27,6 @@ from orchestrator.run.records import (
     WaitingCall,
 )
 from orchestrator.run.store import RunStore
-from workers import atomic
 from workers.cancel import CancelToken
 from workers.settings import HarnessSettings
 from workers.state import Interruption
@@ -104,7 +103,7 @@ class Context:
 
     def ticket_text(self, ticket_id: str) -> str:
         """The ticket's text as claimed into the run folder."""
-        return atomic.read_bytes(self.store.ticket_path(ticket_id)).decode("utf-8")
+        return self.store.ticket_text(ticket_id)
 
     # --- the step's node --------------------------------------------------------------------
 

@@ -19,7 +19,7 @@ from orchestrator.config.workspace import DEMO_SCENARIOS
 from orchestrator.errors import RouteFailed
 from orchestrator.intake import inbox
 from orchestrator.run.records import Routed, StepUsage, TicketRecord, TicketStatus
-from orchestrator.run.store import ROUTER
+from orchestrator.run.store import ROUTER, RunStore
 from orchestrator.steps import agent, batches, prompts, routing
 from orchestrator.steps.agent import AgentResult
 from orchestrator.steps.context import Context, Stop
@@ -64,6 +64,20 @@ def route(ctx: Context) -> list[str] | Stop:
     return [i for i in ids if i in routes]
 
 
+def counts_tokens(store: RunStore) -> bool:
+    """Whether routing this run's tickets will count tokens (they do not all fit one call
+    counted in bytes): an embedded run then builds the tokenizer before it forks its
+    workers, once for all of them, instead of the route's worker building it on the run's
+    critical path (~0.4 s of CPU on the Intel machine of BENCHMARKS.md, #51)."""
+    return batches.counts_tokens(store.meta().config, _texts(store, store.ticket_ids()))
+
+
+def _texts(store: RunStore, ids: list[str]) -> dict[str, str]:
+    """Each ticket's text as the router is shown it."""
+    chars = store.meta().config.route_chars
+    return {i: inbox.route_text(store.ticket_text(i), chars) for i in ids}
+
+
 @dataclass
 class Asked:
     """What the router's calls decided, what they cost, and how often each ticket was asked."""
@@ -80,7 +94,7 @@ class _Asking:
     def __init__(self, ctx: Context, ids: list[str], trace: Tracer) -> None:
         config = ctx.meta.config
         self.ctx, self.ids, self.trace = ctx, ids, trace
-        self.texts = {i: inbox.route_text(ctx.ticket_text(i), config.route_chars) for i in ids}
+        self.texts = _texts(ctx.store, ids)
         self.system = prompts.ROUTER.format(categories=agent.categories_text(config))
         self.batching = batches.for_run(config, self.texts)
 
