@@ -10,8 +10,9 @@ Sections (`--only a,c` picks some):
   e  broker bytes per task message with 1 KB and 100 KB drafts
   f  harness overhead per turn
   g  the web view: server time of a 10,000-ticket run page, a 1,000-run list and a 10,000-item queue
-  h  the fleet regime: N = 10,000, pool 512, 2 s calls: embedded run vs LangGraph, requests
-     in flight, peak RSS and threads per process
+  h  the fleet regime: N = 10,000, pool 512, 2 s calls: embedded run, two and three
+     `ticketgraph worker` processes on one Redis (target: ideal / actual >= 0.9 each) vs
+     LangGraph; requests in flight, peak RSS and threads per process
 
 Every figure is printed with its target, value / target and PASS or MISS (a figure without a
 target is a reference); the load average and CPU steal of each section, and the machine,
