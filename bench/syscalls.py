@@ -1,0 +1,207 @@
+"""Count the file-system calls a process tree makes, with strace: what a run asks of the volume
+its workspace sits on (on NFS each is a round trip, and each sync a COMMIT).
+
+`strace -f -ttt -y --seccomp-bpf -e trace=…` runs in front of the command: the seccomp
+filter stops the tracee only at the calls traced, so the rest of the run goes at full speed.
+Each line carries the PID, an epoch timestamp and, by `-y`, the path behind every file
+descriptor; a call counts once, on the line where it starts (a `<... resumed>` line is its
+end). A call is "on the workspace" when a path it names (a string argument or a descriptor's
+path) lies under the workspace, so the interpreter's imports and /proc reads count apart.
+The trace goes to /dev/shm when there is one: tmpfs has no writeback, so strace's own
+writes do not count in the run's `ru_oublock`.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+SYNCS = ("fsync", "fdatasync", "syncfs", "sync_file_range")
+RENAMES = ("rename", "renameat", "renameat2")
+OPENS = ("open", "openat", "openat2", "creat")
+REMOVES = ("unlink", "unlinkat", "rmdir")
+MKDIRS = ("mkdir", "mkdirat")
+TRACED = (*SYNCS, *RENAMES, *OPENS, *REMOVES, *MKDIRS)
+TMPFS = Path("/dev/shm")
+TOP_PATTERNS = 40  # the commonest call patterns kept in the raw data
+# `12345 1733526000.123456 openat(AT_FDCWD, "/ws/x", O_RDONLY|O_CLOEXEC) = 3</ws/x>`
+LINE = re.compile(r"^(?P<pid>\d+)\s+(?P<ts>\d+\.\d+)\s+(?P<call>\w+)\((?P<rest>.*)$")
+RESUMED = re.compile(r"^(?P<pid>\d+)\s+\d+\.\d+\s+<\.\.\. \w+ resumed>.*\) = (?P<result>.*)$")
+UNFINISHED = " <unfinished ...>"
+FLAGS = re.compile(r"\bO_[A-Z]+(?:\|O_[A-Z]+)*")
+FOLDS = [
+    (re.compile(r"^runs/[^/]+"), "runs/<run>"),
+    (re.compile(r"T-\d+"), "T-#"),
+    (re.compile(r"\.[A-Za-z0-9_]{6,}\.tmp$"), ".<tmp>.tmp"),
+    (re.compile(r"tmp[a-z0-9_]{6,}"), "tmp<x>"),
+]
+# A descriptor's path (`3</ws/runs>`, `AT_FDCWD</ws>` by -y) or a string argument.
+TOKEN = re.compile(r'<(?P<fd>/[^<>]*)>|"(?P<text>(?:[^"\\]|\\.)*)"')
+
+
+def strace() -> str | None:
+    """The strace on PATH, or None."""
+    return shutil.which("strace")
+
+
+def trace_dir(fallback: Path) -> Path:
+    """Where trace files go: /dev/shm (tmpfs) if there is one, else `fallback`."""
+    return TMPFS if TMPFS.is_dir() else fallback
+
+
+def traced(argv: list[str], out: Path) -> list[str]:
+    """`argv` under strace, following forks and threads, writing its trace to `out`."""
+    binary = strace()
+    if binary is None:
+        raise RuntimeError("strace is not on PATH")
+    calls = ",".join(TRACED)
+    return [binary, "-f", "-qq", "-ttt", "-y", "--seccomp-bpf", "-e", f"trace={calls}",
+            "-o", str(out), "--", *argv]  # fmt: skip
+
+
+@dataclass
+class Calls:
+    """The traced calls of a stretch of a trace: all of them, and those on the workspace (by
+    name, those that failed, and by path pattern)."""
+
+    all: Counter[str] = field(default_factory=Counter)
+    workspace: Counter[str] = field(default_factory=Counter)
+    failed: Counter[str] = field(default_factory=Counter)  # on the workspace, result -1
+    # Exclusive creates that succeeded (O_CREAT|O_EXCL): a new file for certain. An open with
+    # O_CREAT alone (an append to run.jsonl, a fence) may or may not create one.
+    creates: int = 0
+    maybe_creates: int = 0
+    patterns: Counter[str] = field(default_factory=Counter)  # `call flags path` on the workspace
+
+    def add(self, other: Calls) -> None:
+        """Sum another stretch into this one."""
+        for mine, theirs in self._counters(other):
+            mine.update(theirs)
+        self.creates += other.creates
+        self.maybe_creates += other.maybe_creates
+
+    def _counters(self, other: Calls) -> list[tuple[Counter[str], Counter[str]]]:
+        return [
+            (self.all, other.all),
+            (self.workspace, other.workspace),
+            (self.failed, other.failed),
+            (self.patterns, other.patterns),
+        ]
+
+    def on_workspace(self, names: tuple[str, ...]) -> int:
+        """Calls of any of `names` on the workspace."""
+        return sum(self.workspace[name] for name in names)
+
+    def anywhere(self, names: tuple[str, ...]) -> int:
+        """Calls of any of `names`, wherever they point."""
+        return sum(self.all[name] for name in names)
+
+    def to_json(self) -> dict[str, Any]:
+        """The counts by call name, and the most frequent patterns on the workspace."""
+        return {
+            "all": dict(self.all),
+            "workspace": dict(self.workspace),
+            "workspace_failed": dict(self.failed),
+            "creates_exclusive": self.creates,
+            "opens_with_o_creat_alone": self.maybe_creates,
+            "top_patterns": dict(self.patterns.most_common(TOP_PATTERNS)),
+        }
+
+
+@dataclass(frozen=True)
+class _Call:
+    """One call as its first line shows it."""
+
+    name: str
+    arguments: str
+    paths: list[str]
+
+
+def named(arguments: str) -> list[str]:
+    """The paths a call's arguments name: each string, made absolute against the descriptor
+    before it (`openat(AT_FDCWD</cwd>, "rel")`); a descriptor's own path where no string
+    follows it (`fsync(3</ws/x>)`)."""
+    paths: list[str] = []
+    directory = None  # a descriptor not yet used by a string after it
+    for token in TOKEN.finditer(arguments):
+        if token["fd"] is not None:
+            if directory is not None:
+                paths.append(directory)
+            directory = token["fd"]
+            continue
+        text = token["text"]
+        paths.append(text if text.startswith("/") or directory is None else f"{directory}/{text}")
+        directory = None
+    return [*paths, directory] if directory is not None else paths
+
+
+def count(trace: Path, roots: list[Path], since: float = 0.0, until: float = float("inf")) -> Calls:
+    """The calls of `trace` that started between `since` and `until` (epoch seconds);
+    "on the workspace" when a path they name is under one of `roots`. A call strace split
+    (`<unfinished ...>`, then `<... resumed>` from the same PID) is judged by its result."""
+    folders = {str(p) for root in roots for p in (root, root.resolve())}
+    inside = _Inside(folders)
+    calls, pending = Calls(), {}
+    with trace.open(encoding="utf-8", errors="replace") as lines:
+        for line in lines:
+            if (resumed := RESUMED.match(line)) is not None:
+                if (call := pending.pop(resumed["pid"], None)) is not None:
+                    _record(calls, call, resumed["result"], inside)
+                continue
+            match = LINE.match(line)
+            if match is None or not since <= float(match["ts"]) <= until:
+                continue  # a signal, an exit, or outside the stretch
+            rest = match["rest"]
+            unfinished = rest.endswith(UNFINISHED)
+            arguments = rest[: -len(UNFINISHED)] if unfinished else rest.rsplit(") = ", 1)[0]
+            call = _Call(match["call"], arguments, named(arguments))
+            if unfinished:
+                pending[match["pid"]] = call
+            else:
+                _record(calls, call, rest.rsplit(") = ", 1)[-1], inside)
+    return calls
+
+
+@dataclass(frozen=True)
+class _Inside:
+    """Whether a path lies in one of the folders, and its pattern there."""
+
+    folders: set[str]
+
+    def root_of(self, path: str) -> str | None:
+        for folder in self.folders:
+            if path == folder or path.startswith(f"{folder}/"):
+                return folder
+        return None
+
+
+def _record(calls: Calls, call: _Call, result: str, inside: _Inside) -> None:
+    """Count one finished call."""
+    calls.all[call.name] += 1
+    roots = [(path, root) for path in call.paths if (root := inside.root_of(path))]
+    if not roots:
+        return
+    calls.workspace[call.name] += 1
+    failed = result.lstrip().startswith("-1")
+    calls.failed[call.name] += failed
+    flags = FLAGS.search(call.arguments)
+    if call.name in OPENS and flags and "O_CREAT" in flags[0]:
+        if "O_EXCL" in flags[0]:
+            calls.creates += not failed
+        else:
+            calls.maybe_creates += 1
+    path, root = roots[0]
+    shown = f"{call.name} {flags[0] if flags else ''} {pattern(path, root)}".replace("  ", " ")
+    calls.patterns[shown + (" (failed)" if failed else "")] += 1
+
+
+def pattern(path: str, root: str) -> str:
+    """A path relative to the workspace with its ids folded: `runs/<run>/records/T-#.json`."""
+    relative = path[len(root) :].lstrip("/") or "."
+    for regex, replacement in FOLDS:
+        relative = regex.sub(replacement, relative)
+    return relative
