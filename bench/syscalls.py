@@ -25,13 +25,17 @@ RENAMES = ("rename", "renameat", "renameat2")
 OPENS = ("open", "openat", "openat2", "creat")
 REMOVES = ("unlink", "unlinkat", "rmdir")
 MKDIRS = ("mkdir", "mkdirat")
-TRACED = (*SYNCS, *RENAMES, *OPENS, *REMOVES, *MKDIRS)
+# Writes to files: on NFS their bytes go to the server in WRITE calls (buffered, not a round
+# trip each). Sockets are written with send/sendto, so tracing these stops few calls.
+WRITES = ("write", "pwrite64", "writev", "pwritev", "pwritev2")
+TRACED = (*SYNCS, *RENAMES, *OPENS, *REMOVES, *MKDIRS, *WRITES)
 TMPFS = Path("/dev/shm")
 TOP_PATTERNS = 40  # the commonest call patterns kept in the raw data
 # `12345 1733526000.123456 openat(AT_FDCWD, "/ws/x", O_RDONLY|O_CLOEXEC) = 3</ws/x>`
 LINE = re.compile(r"^(?P<pid>\d+)\s+(?P<ts>\d+\.\d+)\s+(?P<call>\w+)\((?P<rest>.*)$")
 RESUMED = re.compile(r"^(?P<pid>\d+)\s+\d+\.\d+\s+<\.\.\. \w+ resumed>.*\) = (?P<result>.*)$")
 UNFINISHED = " <unfinished ...>"
+WRITTEN_FD = re.compile(r"\d+<(/[^<>]*)>")  # a write's first argument: `4</ws/runs/x>`
 FLAGS = re.compile(r"\bO_[A-Z]+(?:\|O_[A-Z]+)*")
 FOLDS = [
     (re.compile(r"^runs/[^/]+"), "runs/<run>"),
@@ -75,6 +79,7 @@ class Calls:
     # O_CREAT alone (an append to run.jsonl, a fence) may or may not create one.
     creates: int = 0
     maybe_creates: int = 0
+    bytes_written: int = 0  # by the write calls on the workspace that succeeded
     patterns: Counter[str] = field(default_factory=Counter)  # `call flags path` on the workspace
 
     def add(self, other: Calls) -> None:
@@ -83,6 +88,7 @@ class Calls:
             mine.update(theirs)
         self.creates += other.creates
         self.maybe_creates += other.maybe_creates
+        self.bytes_written += other.bytes_written
 
     def _counters(self, other: Calls) -> list[tuple[Counter[str], Counter[str]]]:
         return [
@@ -108,6 +114,7 @@ class Calls:
             "workspace_failed": dict(self.failed),
             "creates_exclusive": self.creates,
             "opens_with_o_creat_alone": self.maybe_creates,
+            "bytes_written": self.bytes_written,
             "top_patterns": dict(self.patterns.most_common(TOP_PATTERNS)),
         }
 
@@ -139,6 +146,13 @@ def named(arguments: str) -> list[str]:
     return [*paths, directory] if directory is not None else paths
 
 
+def written_to(arguments: str) -> list[str]:
+    """The file a write call writes to: its descriptor's path (what it writes may name
+    paths too: a line of the CLI's output on a pipe is not a write to the workspace)."""
+    fd = WRITTEN_FD.match(arguments)
+    return [fd[1]] if fd else []
+
+
 def count(trace: Path, roots: list[Path], since: float = 0.0, until: float = float("inf")) -> Calls:
     """The calls of `trace` that started between `since` and `until` (epoch seconds);
     "on the workspace" when a path they name is under one of `roots`. A call strace split
@@ -158,7 +172,10 @@ def count(trace: Path, roots: list[Path], since: float = 0.0, until: float = flo
             rest = match["rest"]
             unfinished = rest.endswith(UNFINISHED)
             arguments = rest[: -len(UNFINISHED)] if unfinished else rest.rsplit(") = ", 1)[0]
-            call = _Call(match["call"], arguments, named(arguments))
+            name = match["call"]
+            call = _Call(
+                name, arguments, written_to(arguments) if name in WRITES else named(arguments)
+            )
             if unfinished:
                 pending[match["pid"]] = call
             else:
@@ -188,6 +205,8 @@ def _record(calls: Calls, call: _Call, result: str, inside: _Inside) -> None:
     calls.workspace[call.name] += 1
     failed = result.lstrip().startswith("-1")
     calls.failed[call.name] += failed
+    if call.name in WRITES and not failed:
+        calls.bytes_written += int(result.split()[0])
     flags = FLAGS.search(call.arguments)
     if call.name in OPENS and flags and "O_CREAT" in flags[0]:
         if "O_EXCL" in flags[0]:
