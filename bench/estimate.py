@@ -266,11 +266,13 @@ def _volume_demands(per: dict[str, float | None], rate: float) -> list[Demand]:
     return [
         _demand("fsyncs", "fsync-family calls on the volume (an NFS COMMIT each)",
                 per.get("syncs_workspace"), rate, 0.0, "/s", NFS_SYNCS_S, NFS),
+        _demand("close_flushes", "closes after unsynced writes (a COMMIT each on NFS)",
+                per.get("close_flushes_workspace"), rate, 0.0, "/s"),
         _demand("creates", "files created on the volume", per.get("creates_workspace"), rate,
                 0.0, "/s"),
         _demand("renames", "renames on the volume", per.get("renames_workspace"), rate, 0.0,
                 "/s"),
-        _demand("sync_updates", "synchronous NFS updates (fsync, create, rename, unlink, "
+        _demand("sync_updates", "synchronous NFS updates (COMMIT, create, rename, unlink, "
                 "mkdir)", per.get("sync_updates_workspace"), rate, 0.0, "/s", NFS_SYNCS_S,
                 NFS),
         _demand("written_mb", "bytes written to files on the volume (write calls)",

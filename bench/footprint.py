@@ -28,9 +28,10 @@ instead of a unix socket. Measured, each divided by N:
   inode, directory and bitmap blocks each new file's fsync writes, 4 KB a page whatever the
   bytes), and the run folder's size.
 - With strace on PATH (bench/syscalls.py): the fsync-family calls, renames, opens, opens that
-  create a file, unlinks, mkdirs and the bytes of write calls of the run command's tree and
-  of the worker's processes during the run, all of them and those on the workspace: what an
-  NFS client would send its server. Without it: "not measured".
+  create a file, unlinks, mkdirs, the bytes of write calls, and the closes of files written
+  and not synced since (an NFS client flushes and COMMITs at close) of the run command's
+  tree and of the worker's processes during the run, all of them and those on the
+  workspace: what an NFS client would send its server. Without it: "not measured".
 
 Then `redis-benchmark` (from PATH, if there) against the same private server, the workers
 stopped: the simple commands one Redis serves a second here, the yardstick of the estimate.
@@ -102,6 +103,7 @@ class Footprint:
             found[f"{key}_all"] = calls.anywhere(names) / n if calls else None
         found["creates_workspace"] = calls.creates / n if calls else None
         found["file_bytes_workspace"] = calls.bytes_written / n if calls else None
+        found["close_flushes_workspace"] = calls.close_flushes / n if calls else None
         found["calls_workspace"] = round_trips(calls) / n if calls else None
         found["sync_updates_workspace"] = sync_updates(calls) / n if calls else None
         return found
@@ -144,19 +146,22 @@ SYSCALL_KINDS = {
 
 
 def round_trips(calls: syscalls.Calls) -> int:
-    """The traced calls on the workspace that wait on an NFS server (all but the writes,
-    which its client buffers)."""
-    return sum(c for name, c in calls.workspace.items() if name not in syscalls.WRITES)
+    """The traced calls on the workspace that wait on an NFS server: all but the writes,
+    which its client buffers, and the closes (NFSv4 sends a CLOSE for each, v3 nothing)."""
+    buffered = (*syscalls.WRITES, *syscalls.CLOSES)
+    return sum(c for name, c in calls.workspace.items() if name not in buffered)
 
 
 def sync_updates(calls: syscalls.Calls) -> int:
     """The calls on the workspace an NFS server must put on stable storage before it
-    answers: fsyncs (COMMIT), and the creates, renames, unlinks and mkdirs that succeeded."""
+    answers: fsyncs and closes after unsynced writes (a COMMIT each), and the creates,
+    renames, unlinks and mkdirs that succeeded."""
     done = sum(
         calls.workspace[name] - calls.failed[name]
         for name in (*syscalls.RENAMES, *syscalls.REMOVES, *syscalls.MKDIRS)
     )
-    return calls.on_workspace(syscalls.SYNCS) + calls.creates + done
+    commits = calls.on_workspace(syscalls.SYNCS) + calls.close_flushes
+    return commits + calls.creates + done
 
 
 NO_STRACE = "not measured: strace is not on PATH"
@@ -305,6 +310,9 @@ def footprint_figures(found: Footprint) -> list[Figure]:
         figure("folder_bytes", "run folder bytes a ticket", "B", 0),
         figure("syncs_workspace", "fsync-family calls a ticket, on the workspace", ""),
         figure("syncs_all", "fsync-family calls a ticket, anywhere", ""),
+        figure(
+            "close_flushes_workspace", "closes after unsynced writes a ticket (NFS: COMMIT)", ""
+        ),
         figure("creates_workspace", "files created a ticket (O_CREAT|O_EXCL), workspace", ""),
         figure("renames_workspace", "renames a ticket, on the workspace", ""),
         figure("opens_workspace", "file opens a ticket, on the workspace", ""),

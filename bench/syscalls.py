@@ -1,14 +1,18 @@
 """Count the file-system calls a process tree makes, with strace: what a run asks of the volume
-its workspace sits on (on NFS each is a round trip, and each sync a COMMIT).
+its workspace sits on (on NFS each open, create, rename and sync is a round trip to the
+server, and each sync a COMMIT).
 
 `strace -f -ttt -y --seccomp-bpf -e trace=…` runs in front of the command: the seccomp
 filter stops the tracee only at the calls traced, so the rest of the run goes at full speed.
-Each line carries the PID, an epoch timestamp and, by `-y`, the path behind every file
-descriptor; a call counts once, on the line where it starts (a `<... resumed>` line is its
-end). A call is "on the workspace" when a path it names (a string argument or a descriptor's
-path) lies under the workspace, so the interpreter's imports and /proc reads count apart.
-The trace goes to /dev/shm when there is one: tmpfs has no writeback, so strace's own
-writes do not count in the run's `ru_oublock`.
+Each line carries the thread's id, an epoch timestamp and, by `-y`, the path behind every
+file descriptor; a call counts once, by its result (strace may split it into an
+`<unfinished ...>` line and a `<... resumed>` one). A call is "on the workspace" when a path
+it names (a string argument, made absolute against the descriptor before it; for a write or
+a close, its descriptor's path alone) lies under the workspace, so the interpreter's
+imports and /proc reads count apart. Writes count their bytes; a close counts as a flush
+when its thread wrote the file and did not sync it since, since a Linux NFS client flushes
+and COMMITs a file's data when it is closed. The trace goes to /dev/shm when there is one:
+tmpfs has no writeback, so strace's own writes do not count in the run's `ru_oublock`.
 """
 
 from __future__ import annotations
@@ -28,14 +32,18 @@ MKDIRS = ("mkdir", "mkdirat")
 # Writes to files: on NFS their bytes go to the server in WRITE calls (buffered, not a round
 # trip each). Sockets are written with send/sendto, so tracing these stops few calls.
 WRITES = ("write", "pwrite64", "writev", "pwritev", "pwritev2")
-TRACED = (*SYNCS, *RENAMES, *OPENS, *REMOVES, *MKDIRS, *WRITES)
+# A Linux NFS client flushes a file's unwritten data and COMMITs it when the file is closed
+# (close-to-open consistency): a file written and closed without fsync costs a COMMIT too.
+CLOSES = ("close",)
+FD_CALLS = (*WRITES, *CLOSES)  # calls judged by their descriptor alone
+TRACED = (*SYNCS, *RENAMES, *OPENS, *REMOVES, *MKDIRS, *WRITES, *CLOSES)
 TMPFS = Path("/dev/shm")
 TOP_PATTERNS = 40  # the commonest call patterns kept in the raw data
 # `12345 1733526000.123456 openat(AT_FDCWD, "/ws/x", O_RDONLY|O_CLOEXEC) = 3</ws/x>`
 LINE = re.compile(r"^(?P<pid>\d+)\s+(?P<ts>\d+\.\d+)\s+(?P<call>\w+)\((?P<rest>.*)$")
 RESUMED = re.compile(r"^(?P<pid>\d+)\s+\d+\.\d+\s+<\.\.\. \w+ resumed>.*\) = (?P<result>.*)$")
 UNFINISHED = " <unfinished ...>"
-WRITTEN_FD = re.compile(r"\d+<(/[^<>]*)>")  # a write's first argument: `4</ws/runs/x>`
+WRITTEN_FD = re.compile(r"\d+<(/[^<>]*)>")  # a first argument `4</ws/runs/x>`
 FLAGS = re.compile(r"\bO_[A-Z]+(?:\|O_[A-Z]+)*")
 FOLDS = [
     (re.compile(r"^runs/[^/]+"), "runs/<run>"),
@@ -80,6 +88,7 @@ class Calls:
     creates: int = 0
     maybe_creates: int = 0
     bytes_written: int = 0  # by the write calls on the workspace that succeeded
+    close_flushes: int = 0  # closes of a file its thread wrote and did not sync since
     patterns: Counter[str] = field(default_factory=Counter)  # `call flags path` on the workspace
 
     def add(self, other: Calls) -> None:
@@ -89,6 +98,7 @@ class Calls:
         self.creates += other.creates
         self.maybe_creates += other.maybe_creates
         self.bytes_written += other.bytes_written
+        self.close_flushes += other.close_flushes
 
     def _counters(self, other: Calls) -> list[tuple[Counter[str], Counter[str]]]:
         return [
@@ -115,6 +125,7 @@ class Calls:
             "creates_exclusive": self.creates,
             "opens_with_o_creat_alone": self.maybe_creates,
             "bytes_written": self.bytes_written,
+            "close_flushes": self.close_flushes,
             "top_patterns": dict(self.patterns.most_common(TOP_PATTERNS)),
         }
 
@@ -126,6 +137,7 @@ class _Call:
     name: str
     arguments: str
     paths: list[str]
+    thread: str  # strace's PID column: the thread's id under -f
 
 
 def named(arguments: str) -> list[str]:
@@ -146,9 +158,9 @@ def named(arguments: str) -> list[str]:
     return [*paths, directory] if directory is not None else paths
 
 
-def written_to(arguments: str) -> list[str]:
-    """The file a write call writes to: its descriptor's path (what it writes may name
-    paths too: a line of the CLI's output on a pipe is not a write to the workspace)."""
+def on_descriptor(arguments: str) -> list[str]:
+    """The file a write or close acts on: its descriptor's path (what a write writes may
+    name paths too: a line of the CLI's output on a pipe is not a write to the workspace)."""
     fd = WRITTEN_FD.match(arguments)
     return [fd[1]] if fd else []
 
@@ -157,65 +169,81 @@ def count(trace: Path, roots: list[Path], since: float = 0.0, until: float = flo
     """The calls of `trace` that started between `since` and `until` (epoch seconds);
     "on the workspace" when a path they name is under one of `roots`. A call strace split
     (`<unfinished ...>`, then `<... resumed>` from the same PID) is judged by its result."""
-    folders = {str(p) for root in roots for p in (root, root.resolve())}
-    inside = _Inside(folders)
-    calls, pending = Calls(), {}
+    tally = _Tally({str(p) for root in roots for p in (root, root.resolve())})
+    pending: dict[str, _Call] = {}
     with trace.open(encoding="utf-8", errors="replace") as lines:
         for line in lines:
             if (resumed := RESUMED.match(line)) is not None:
                 if (call := pending.pop(resumed["pid"], None)) is not None:
-                    _record(calls, call, resumed["result"], inside)
+                    tally.record(call, resumed["result"])
                 continue
             match = LINE.match(line)
             if match is None or not since <= float(match["ts"]) <= until:
                 continue  # a signal, an exit, or outside the stretch
-            rest = match["rest"]
+            rest, name = match["rest"], match["call"]
             unfinished = rest.endswith(UNFINISHED)
             arguments = rest[: -len(UNFINISHED)] if unfinished else rest.rsplit(") = ", 1)[0]
-            name = match["call"]
-            call = _Call(
-                name, arguments, written_to(arguments) if name in WRITES else named(arguments)
-            )
+            paths = on_descriptor(arguments) if name in FD_CALLS else named(arguments)
+            call = _Call(name, arguments, paths, match["pid"])
             if unfinished:
                 pending[match["pid"]] = call
             else:
-                _record(calls, call, rest.rsplit(") = ", 1)[-1], inside)
-    return calls
+                tally.record(call, rest.rsplit(") = ", 1)[-1])
+    return tally.calls
 
 
-@dataclass(frozen=True)
-class _Inside:
-    """Whether a path lies in one of the folders, and its pattern there."""
+@dataclass
+class _Tally:
+    """Counts calls into `calls`; knows which files each thread has written since it last
+    synced them, to count the closes an NFS client turns into a flush and a COMMIT."""
 
     folders: set[str]
+    calls: Calls = field(default_factory=Calls)
+    dirty: set[tuple[str, str]] = field(default_factory=set)  # (thread, path)
 
     def root_of(self, path: str) -> str | None:
+        """The folder of `folders` that holds `path`, or None."""
         for folder in self.folders:
             if path == folder or path.startswith(f"{folder}/"):
                 return folder
         return None
 
+    def record(self, call: _Call, result: str) -> None:
+        """Count one finished call."""
+        calls = self.calls
+        calls.all[call.name] += 1
+        roots = [(path, root) for path in call.paths if (root := self.root_of(path))]
+        if not roots:
+            return
+        path, root = roots[0]
+        failed = result.lstrip().startswith("-1")
+        calls.workspace[call.name] += 1
+        calls.failed[call.name] += failed
+        flushed = not failed and self._follow(call, path, result)
+        flags = FLAGS.search(call.arguments)
+        if call.name in OPENS and flags and "O_CREAT" in flags[0]:
+            if "O_EXCL" in flags[0]:
+                calls.creates += not failed
+            else:
+                calls.maybe_creates += 1
+        shown = f"{call.name} {flags[0] if flags else ''} {pattern(path, root)}"
+        outcome = " (failed)" if failed else " (flushes)" if flushed else ""
+        calls.patterns[shown.replace("  ", " ") + outcome] += 1
 
-def _record(calls: Calls, call: _Call, result: str, inside: _Inside) -> None:
-    """Count one finished call."""
-    calls.all[call.name] += 1
-    roots = [(path, root) for path in call.paths if (root := inside.root_of(path))]
-    if not roots:
-        return
-    calls.workspace[call.name] += 1
-    failed = result.lstrip().startswith("-1")
-    calls.failed[call.name] += failed
-    if call.name in WRITES and not failed:
-        calls.bytes_written += int(result.split()[0])
-    flags = FLAGS.search(call.arguments)
-    if call.name in OPENS and flags and "O_CREAT" in flags[0]:
-        if "O_EXCL" in flags[0]:
-            calls.creates += not failed
-        else:
-            calls.maybe_creates += 1
-    path, root = roots[0]
-    shown = f"{call.name} {flags[0] if flags else ''} {pattern(path, root)}".replace("  ", " ")
-    calls.patterns[shown + (" (failed)" if failed else "")] += 1
+    def _follow(self, call: _Call, path: str, result: str) -> bool:
+        """Bytes written, and files written and not synced when their thread closes them;
+        True for a close that flushes."""
+        key = (call.thread, path)
+        if call.name in WRITES:
+            self.calls.bytes_written += int(result.split()[0])
+            self.dirty.add(key)
+        elif call.name in SYNCS:
+            self.dirty.discard(key)
+        elif call.name in CLOSES and key in self.dirty:
+            self.dirty.discard(key)
+            self.calls.close_flushes += 1
+            return True
+        return False
 
 
 def pattern(path: str, root: str) -> str:

@@ -30,7 +30,10 @@ TRACE = f"""\
 10 100.000006 write(4<{WS}/{TMP}>, "{{\\"ticket\\": \\"T-1\\"}}", 17) = 17
 10 100.000006 fsync(4<{WS}/{TMP}>) = 0
 11 100.000006 write(1<pipe:[123]>, "{WS}/out/T-1.txt", 16) = 16
+10 100.000007 close(4<{WS}/{TMP}>) = 0
 10 100.000007 rename("{WS}/{TMP}", "{WS}/runs/r1/T-1.json") = 0
+11 100.000007 write(5<{WS}/runs/r1/run.jsonl>, "{{}}\\n", 3) = 3
+11 100.000007 close(5<{WS}/runs/r1/run.jsonl>) = 0
 12 100.000008 openat(AT_FDCWD</x>, "{WS}/id", O_WRONLY|O_CREAT|O_EXCL, 0644) = -1 EEXIST (exists)
 12 100.000009 +++ exited with 0 +++
 12 200.000000 fsync(7</ws/late>) = 0
@@ -42,16 +45,21 @@ def test_strace_lines_count_on_the_workspace_by_the_paths_they_name(tmp_path: Pa
     trace.write_text(TRACE.replace("</elsewhere>", f"<{WS}>"))
     calls = syscalls.count(trace, [Path(WS)], until=150.0)
     # The import is not on the workspace although the process's cwd is (AT_FDCWD</ws>).
-    assert calls.all == {"openat": 4, "mkdir": 1, "fsync": 1, "rename": 1, "write": 2}
-    assert calls.workspace == {"openat": 3, "mkdir": 1, "fsync": 1, "rename": 1, "write": 1}
-    assert calls.bytes_written == 17  # the file's, not the pipe's
-    assert round_trips(calls) == 6  # a write is buffered by an NFS client
+    assert calls.all == {"openat": 4, "mkdir": 1, "fsync": 1, "rename": 1, "write": 3, "close": 2}
+    assert calls.workspace == {
+        "openat": 3, "mkdir": 1, "fsync": 1, "rename": 1, "write": 2, "close": 2
+    }  # fmt: skip
+    assert calls.bytes_written == 17 + 3  # the files', not the pipe's
+    assert round_trips(calls) == 6  # an NFS client buffers writes; closes are local on v3
+    # run.jsonl was written and closed without a sync: its close is an NFS flush and COMMIT.
+    assert calls.close_flushes == 1
     # A relative path counts against its directory descriptor; a split call by its result.
     assert calls.creates == 1 and calls.maybe_creates == 1
     assert calls.failed["openat"] == 1 and calls.failed["mkdir"] == 1
     assert calls.patterns["rename runs/<run>/.T-#.json.<tmp>.tmp"] == 1
-    # Only what succeeded must reach the server's stable storage: fsync, create, rename.
-    assert sync_updates(calls) == 3
+    # Only what succeeded must reach the server's stable storage: the fsync, the close that
+    # flushes, the create and the rename.
+    assert sync_updates(calls) == 4
 
 
 def test_the_estimate_is_the_per_ticket_footprint_times_the_fleets_throughput(
