@@ -80,11 +80,13 @@ REMEDIES = {
     "redis": "Redis gives out first: shard the coordination keys by run (one Redis per run, "
     "or a cluster hashing on the run id) and cut commands a ticket (one Lua call where a "
     "step makes several; fewer per-ticket heartbeats and events).",
-    "nfs": "The shared volume gives out first: every small step's durable write is a file "
-    "created, fsynced and renamed, and each is a synchronous round trip to the NFS server. "
-    "Keep per-step state where commits are cheap (Redis with an append-only file, or one "
-    "append-only journal a worker fsyncs once per batch of steps: group commit) and write "
-    "to the volume only what a person reads (out/, the report).",
+    "nfs": "The shared volume gives out first: each small step's durable write is a file "
+    "created, fsynced and renamed, and run.jsonl is opened, appended to and closed for each "
+    "event; on NFS each fsync and each close after a write is a COMMIT, and each create and "
+    "rename a synchronous update on the server. Keep per-step state where commits are cheap "
+    "(Redis with an append-only file, or one journal a worker appends to and fsyncs once per "
+    "batch of steps: group commit), keep the trace open per process and flush it in "
+    "batches, and write to the volume only what a person reads (out/, the report).",
 }
 
 
