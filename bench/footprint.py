@@ -277,58 +277,47 @@ def count_files(folder: Path) -> int:
     return sum(len(files) for _root, _dirs, files in os.walk(folder))
 
 
+# The per-ticket figures after the Redis commands: key, label, unit, digits.
+TICKET_FIGURES = [
+    ("redis_bytes_in", "Redis bytes in a ticket", "B", 0),
+    ("redis_bytes_out", "Redis bytes out a ticket", "B", 0),
+    ("redis_cpu_ms", "Redis server CPU a ticket", "ms", 3),
+    ("messages", "broker task messages a ticket (LPUSH)", "", 3),
+    ("files_run", "files in the run folder and out/ a ticket", "", 2),
+    ("files_added", "files the workspace gained a ticket", "", 2),
+    ("written_bytes", "bytes written to disk a ticket (pages dirtied)", "B", 0),
+    ("file_bytes_workspace", "bytes written to files a ticket (write calls)", "B", 0),
+    ("folder_bytes", "run folder bytes a ticket", "B", 0),
+    ("syncs_workspace", "fsync-family calls a ticket, on the workspace", "", 2),
+    ("syncs_all", "fsync-family calls a ticket, anywhere", "", 2),
+    ("close_flushes_workspace", "closes after unsynced writes a ticket (NFS: COMMIT)", "", 2),
+    ("creates_workspace", "files created a ticket (O_CREAT|O_EXCL), workspace", "", 2),
+    ("renames_workspace", "renames a ticket, on the workspace", "", 2),
+    ("opens_workspace", "file opens a ticket, on the workspace", "", 2),
+    ("calls_workspace", "file-system calls a ticket that wait on NFS (traced)", "", 2),
+    ("sync_updates_workspace", "synchronous updates a ticket (NFS: stable)", "", 2),
+]
+
+
 def footprint_figures(found: Footprint) -> list[Figure]:
     """The per-ticket figures, each a reference, and the workers' idle traffic."""
-    per, note = found.per_ticket(), found.run.problem
-    valid = found.run.ok
+    per, valid = found.per_ticket(), found.run.ok
+    notes = {"written_bytes": _written_note(found)}
 
-    def figure(key: str, label: str, unit: str, digits: int = 2, why: str = "") -> Figure:
+    def figure(key: str, label: str, unit: str = "", digits: int = 2) -> Figure:
         value = per.get(key)
-        shown = why or note or ("" if value is not None else NO_STRACE)
-        return Figure(f"ticket.{key}", label, rounded(value, digits), unit, note=shown, valid=valid)
+        why = found.run.problem or notes.get(key, "" if value is not None else NO_STRACE)
+        return Figure(f"ticket.{key}", label, rounded(value, digits), unit, note=why, valid=valid)
 
-    figures = [
-        figure("redis_commands", "Redis commands a ticket (Lua's inner ones counted)", ""),
-        *[
-            figure(f"redis.{name}", f"  of which {name.upper()}", "")
-            for name, _calls in found.redis.top()
-        ],
-        figure("redis_bytes_in", "Redis bytes in a ticket", "B", 0),
-        figure("redis_bytes_out", "Redis bytes out a ticket", "B", 0),
-        figure("redis_cpu_ms", "Redis server CPU a ticket", "ms", 3),
-        figure("messages", "broker task messages a ticket (LPUSH)", ""),
-        figure("files_run", "files in the run folder and out/ a ticket", ""),
-        figure("files_added", "files the workspace gained a ticket", ""),
-        figure(
-            "written_bytes",
-            "bytes written to disk a ticket (pages dirtied)",
-            "B",
-            0,
-            _written_note(found),
-        ),
-        figure("file_bytes_workspace", "bytes written to files a ticket (write calls)", "B", 0),
-        figure("folder_bytes", "run folder bytes a ticket", "B", 0),
-        figure("syncs_workspace", "fsync-family calls a ticket, on the workspace", ""),
-        figure("syncs_all", "fsync-family calls a ticket, anywhere", ""),
-        figure(
-            "close_flushes_workspace", "closes after unsynced writes a ticket (NFS: COMMIT)", ""
-        ),
-        figure("creates_workspace", "files created a ticket (O_CREAT|O_EXCL), workspace", ""),
-        figure("renames_workspace", "renames a ticket, on the workspace", ""),
-        figure("opens_workspace", "file opens a ticket, on the workspace", ""),
-        figure("calls_workspace", "file-system calls a ticket that wait on NFS (traced)", ""),
-        figure("sync_updates_workspace", "synchronous updates a ticket (NFS: stable)", ""),
-    ]
-    rates = found.idle_rates()
-    figures.append(
-        Figure(
-            "idle.redis_commands",
-            "Redis commands a second of the idle worker (no run)",
-            rounded(rates["redis_commands"], 1),
-            "/s",
-        )
-    )
-    return figures
+    top = [figure(f"redis.{name}", f"  of which {name.upper()}") for name, _ in found.redis.top()]
+    idle = found.idle_rates()["redis_commands"]
+    return [
+        figure("redis_commands", "Redis commands a ticket (Lua's inner ones counted)"),
+        *top,
+        *(figure(*row) for row in TICKET_FIGURES),
+        Figure("idle.redis_commands", "Redis commands a second of the idle worker (no run)",
+               rounded(idle, 1), "/s"),
+    ]  # fmt: skip
 
 
 def _written_note(found: Footprint) -> str:
