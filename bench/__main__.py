@@ -10,8 +10,14 @@ Sections (`--only a,c` picks some):
   e  broker bytes per task message with 1 KB and 100 KB drafts
   f  harness overhead per turn
   g  the web view: server time of a 10,000-ticket run page, a 1,000-run list and a 10,000-item queue
-  h  the fleet regime: N = 10,000, pool 512, 2 s calls: embedded run vs LangGraph, requests
-     in flight, peak RSS and threads per process
+  h  the fleet regime: N = 10,000, pool 512, 2 s calls: embedded run, two and three
+     `ticketgraph worker` processes on one Redis (target: ideal / actual >= 0.9 each) vs
+     LangGraph; requests in flight, peak RSS and threads per process
+  i  a ticket's footprint on the shared services, N = --n at latency 0 on a private Redis:
+     Redis commands, bytes and CPU, task messages, files, bytes written, fsyncs, renames and
+     opens (strace, if on PATH); then on paper a 100,000-ticket run at pool 2,048 on 8
+     machines with 2 s calls: what one Redis and one NFS volume must sustain, which gives
+     out first, and its wall
 
 Every figure is printed with its target, value / target and PASS or MISS (a figure without a
 target is a reference); the load average and CPU steal of each section, and the machine,
@@ -39,6 +45,7 @@ from bench import (
     demo,
     distributed,
     fleet,
+    footprint,
     harness_overhead,
     machine,
     scaling,
@@ -57,9 +64,10 @@ SECTIONS: dict[str, tuple[str, SectionRunner]] = {
     "f": ("harness overhead per turn", harness_overhead.run_section),
     "g": ("the web view's server time", web.run),
     "h": ("the fleet regime: N = 10,000, pool 512, 2 s calls", fleet.run),
+    "i": ("a ticket's footprint on Redis and the volume; 100,000 tickets on paper", footprint.run),
 }
 # c last: its largest run is sized to what is left of the time budget.
-EXECUTION_ORDER = "fdeghabc"
+EXECUTION_ORDER = "fdeghiabc"
 FULL_BUDGET_S = 900.0
 QUICK_BUDGET_S = 60.0
 
@@ -73,8 +81,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--quick", action="store_true", help="small N everywhere (CI smoke)")
-    parser.add_argument("--only", default="abcdefgh", help="sections to run, e.g. a,c")
-    parser.add_argument("--n", type=int, default=1000, help="tickets in a, b and c (1,000)")
+    parser.add_argument("--only", default="abcdefghi", help="sections to run, e.g. a,c")
+    parser.add_argument("--n", type=int, default=1000, help="tickets in a, b, c and i (1,000)")
     parser.add_argument(
         "--big-n", type=int, default=10000, help="c's largest run and h's run (10,000)"
     )

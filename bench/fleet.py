@@ -1,23 +1,26 @@
 """Section h: the regime real fleets run in: N = 10,000, pool 512, every model call 2 s.
 
 At this latency the work is waiting, so what counts is how many requests one run keeps in
-flight, and what each in-flight request costs in threads and memory. Three runs of the same
+flight, and what each in-flight request costs in threads and memory. Four runs of the same
 workload against one scripted provider process, whose /stats count the requests in flight:
 an embedded `ticketgraph run` (its default layout: one worker process per core, up to two a
 core to hold at most 128 threads each, pool / processes threads each); the same run
 distributed, on a private TCP Redis with two `ticketgraph worker --processes 1 --threads
-256` started and ready before it (as section b runs them); and the LangGraph peer (one
-process, `max_concurrency` = pool). The figures:
-each run's wall against the ideal (the critical path at 2 s), ours over LangGraph, the
-provider's most requests in flight during each run against the pool, the peak RSS of the
-largest process and the threads of each of ours (the distributed workers' sampled from
-/proc while the run goes on).
+256` started and ready before it (as section b runs them); again with three `ticketgraph
+worker --processes 1` on one machine sharing one private Redis, the pool's 512 threads split
+171 / 171 / 170; and the LangGraph peer (one process, `max_concurrency` = pool). The figures:
+each run's wall against the ideal (the critical path at 2 s; target: ideal / actual >= 0.9
+for the embedded run and each worker layout), ours over LangGraph, the provider's most
+requests in flight during each run against the pool, the peak RSS of the largest process
+and the threads of each of ours (the distributed workers' sampled from /proc while the run
+goes on).
 """
 
 from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
+from typing import Any
 
 from bench.figures import Figure, Target, ratio_of, rounded
 from bench.runs import OurRun, PeerRun, run_langgraph, run_ticketgraph
@@ -31,12 +34,22 @@ POOL = 512
 LATENCY_MS = 2000
 QUICK_N = 1000
 RSS_LIMIT_MB = 300
-WORKERS = [WorkerSpec("h1", 1, POOL // 2), WorkerSpec("h2", 1, POOL // 2)]
+
+
+def split(pool: int, workers: int, prefix: str = "h") -> list[WorkerSpec]:
+    """`workers` one-process `ticketgraph worker`s whose threads add up to `pool`, the first
+    ones taking the remainder (512 over 3: 171, 171, 170)."""
+    share, extra = divmod(pool, workers)
+    return [WorkerSpec(f"{prefix}{i + 1}", 1, share + (i < extra)) for i in range(workers)]
+
+
+# The worker layouts: figure key -> the `ticketgraph worker` processes on one private Redis.
+WORKER_LAYOUTS = {"distributed": split(POOL, 2), "three": split(POOL, 3)}
 
 
 def run(ctx: Context, section: Section) -> None:
-    """Ours embedded, ours on two workers, then LangGraph, on fresh workspaces of one
-    workload and one provider."""
+    """Ours embedded, ours on two and on three workers, then LangGraph, on fresh workspaces
+    of one workload and one provider."""
     n = min(QUICK_N, ctx.options.big_n) if ctx.options.quick else ctx.options.big_n
     section.title = f"N = {n:,}, pool {POOL}, {LATENCY_MS / 1000:g} s per call: the fleet regime"
     shape = build(ctx.folder("h-scenario"), n, LATENCY_MS, POOL)
@@ -47,7 +60,7 @@ def run(ctx: Context, section: Section) -> None:
                 ours_ws.root, ours_ws.root / "logs", ctx.timeout_s(), {"LLM_BASE_URL": llm.url}
             )
         ours.check(ours_ws.calls, ours_ws.tokens, n)
-        spread = _distributed(ctx, llm, n)
+        spread = {key: _distributed(ctx, llm, n, key) for key in WORKER_LAYOUTS}
         peer_ws = build(ctx.folder("h-langgraph"), n, LATENCY_MS, POOL)
         with llm.metered() as peer_meter:
             peer = run_langgraph(peer_ws.root, llm.url, POOL, ctx.timeout_s())
@@ -61,14 +74,14 @@ def run(ctx: Context, section: Section) -> None:
         "ideal_s": ideal,
         "ours": ours.to_json(),
         "ours_provider": ours_meter.cost.to_json(),
-        "distributed": spread.run.to_json() if spread.run else {"note": spread.note},
-        "distributed_provider": spread.cost.to_json(),
-        "distributed_workers": [p.to_json() for p in spread.peaks],
         "langgraph": peer.to_json(),
         "langgraph_provider": peer_meter.cost.to_json(),
     }
+    for key, layout in spread.items():
+        section.raw |= layout_raw(key, layout)
     section.add(*layout_figures(ideal, embedded, peer), *peer_figures(ideal, peer, peer_meter.cost))
-    section.add(*layout_figures(ideal, spread, peer))
+    for layout in spread.values():
+        section.add(*layout_figures(ideal, layout, peer))
 
 
 @dataclass
@@ -86,18 +99,30 @@ class Layout:
     note: str = ""  # why there is no run (the workers did not start)
 
 
-def _distributed(ctx: Context, llm: Provider, n: int) -> Layout:
-    """The run on two worker processes (fresh Redis, workers ready before it starts), with
-    the workers' peak RSS and threads sampled while it runs."""
-    label = f"ours ({len(WORKERS)} worker processes)"
+def layout_raw(key: str, layout: Layout) -> dict[str, Any]:
+    """A worker layout's run, what the provider saw of it and its workers' peaks, keyed by
+    the layout (`distributed`, `distributed_provider`, `distributed_workers`)."""
+    return {
+        key: layout.run.to_json() if layout.run else {"note": layout.note},
+        f"{key}_provider": layout.cost.to_json(),
+        f"{key}_workers": [p.to_json() for p in layout.peaks],
+    }
+
+
+def _distributed(ctx: Context, llm: Provider, n: int, key: str) -> Layout:
+    """The run on the worker processes of WORKER_LAYOUTS[key] (fresh Redis, workers ready
+    before it starts), with the workers' peak RSS and threads sampled while it runs."""
+    specs = WORKER_LAYOUTS[key]
+    threads = "/".join(str(spec.threads) for spec in specs)
+    label = f"ours ({len(specs)} worker processes, {threads} threads)"
     with RedisServer(tcp=True) as server, contextlib.ExitStack() as stack:
         env = {"TICKETGRAPH_BROKER_URL": server.url, "LLM_BASE_URL": llm.url}
         try:
-            workers = stack.enter_context(Workers(WORKERS, child_env(**env), ctx.folder("h-w")))
+            workers = stack.enter_context(Workers(specs, child_env(**env), ctx.folder(f"h-{key}")))
         except RuntimeError as exc:  # a worker that did not start: the other runs still count
-            return Layout("distributed", label, None, ProviderCost(0, 0.0, 0), [], note=str(exc))
+            return Layout(key, label, None, ProviderCost(0, 0.0, 0), [], note=str(exc))
         samplers = [TreeSampler(pid) for pid in workers.pids]
-        workload = build(ctx.folder("h-distributed"), n, LATENCY_MS, POOL)
+        workload = build(ctx.folder(f"h-{key}-run"), n, LATENCY_MS, POOL)
         for sampler in samplers:
             sampler.start()
         try:
@@ -108,7 +133,7 @@ def _distributed(ctx: Context, llm: Provider, n: int) -> Layout:
         finally:
             peaks = [peak for sampler in samplers for peak in sampler.stop()]
     spread.check(workload.calls, workload.tokens, n)
-    return Layout("distributed", label, spread, meter.cost, peaks)
+    return Layout(key, label, spread, meter.cost, peaks)
 
 
 def layout_figures(ideal: float, ours: Layout, peer: PeerRun) -> list[Figure]:

@@ -94,10 +94,15 @@ def usable(runs: list[Run]) -> tuple[list[Run], str]:
 
 
 def run_ticketgraph(
-    workspace: Path, logs: Path, timeout_s: float, env: dict[str, str] | None = None
+    workspace: Path,
+    logs: Path,
+    timeout_s: float,
+    env: dict[str, str] | None = None,
+    prefix: list[str] | None = None,
 ) -> OurRun:
-    """`ticketgraph run --workspace W` with a clean environment plus `env`, measured."""
-    argv = ticketgraph("run", "--workspace", str(workspace))
+    """`ticketgraph run --workspace W` with a clean environment plus `env`, measured;
+    `prefix`: a command in front of it (strace, bench/syscalls.py)."""
+    argv = [*(prefix or []), *ticketgraph("run", "--workspace", str(workspace))]
     process = run_watched(argv, workspace, child_env(**(env or {})), logs, timeout_s)
     return read_run(workspace, process)
 

@@ -19,7 +19,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -28,6 +28,7 @@ from typing import Any
 import httpx
 import redis
 
+from bench.watch import children
 from orchestrator.broker.redis_server import free_port
 
 REPO = Path(__file__).resolve().parents[1]
@@ -191,10 +192,20 @@ class WorkerSpec:
 
 
 class Workers:
-    """`ticketgraph worker` processes with `env`, ready to take tasks; stopped by PID after."""
+    """`ticketgraph worker` processes with `env`, ready to take tasks; stopped by PID after.
 
-    def __init__(self, specs: list[WorkerSpec], env: dict[str, str], logs: Path) -> None:
-        self.specs, self.env, self.logs = specs, env, logs
+    `wrap` puts a command in front of each worker's (strace, bench/syscalls.py): the worker
+    is then the wrapper's child, and it is the worker that is sent SIGTERM.
+    """
+
+    def __init__(
+        self,
+        specs: list[WorkerSpec],
+        env: dict[str, str],
+        logs: Path,
+        wrap: Callable[[WorkerSpec], list[str]] | None = None,
+    ) -> None:
+        self.specs, self.env, self.logs, self.wrap = specs, env, logs, wrap
         self.procs: list[subprocess.Popen[bytes]] = []
 
     def __enter__(self) -> Workers:
@@ -212,6 +223,7 @@ class Workers:
     def _start(self, spec: WorkerSpec) -> subprocess.Popen[bytes]:
         cmd = ticketgraph("worker", "--hostname", spec.name, "--loglevel", "WARNING")
         cmd += ["--processes", str(spec.processes), "--threads", str(spec.threads)]
+        cmd = [*self.wrap(spec), *cmd] if self.wrap else cmd
         with (self.logs / f"{spec.name}.log").open("wb") as log:
             return subprocess.Popen(cmd, env=self.env, stdout=log, stderr=subprocess.STDOUT)
 
@@ -225,14 +237,16 @@ class Workers:
 
     @property
     def pids(self) -> list[int]:
-        """PIDs of the `ticketgraph worker` parents."""
-        return [p.pid for p in self.procs]
+        """PIDs of the `ticketgraph worker` parents (the wrappers' children, when wrapped)."""
+        if self.wrap is None:
+            return [p.pid for p in self.procs]
+        return [pid for p in self.procs for pid in children(p.pid)[:1]]
 
     def stop(self) -> None:
         """SIGTERM every worker (warm shutdown), SIGKILL any that outlives the timeout."""
-        for proc in self.procs:
+        for pid in self.pids:
             with contextlib.suppress(ProcessLookupError):
-                os.kill(proc.pid, signal.SIGTERM)
+                os.kill(pid, signal.SIGTERM)
         for proc in self.procs:
             stop_process(proc)
         self.procs.clear()

@@ -211,17 +211,41 @@ class _Stopper:
 
 def descendants(root: int) -> set[int]:
     """PIDs of every live descendant of `root`, from the parent PIDs in /proc/*/stat."""
-    children: dict[int, list[int]] = {}
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit() and (ppid := _ppid(int(entry.name))) is not None:
-            children.setdefault(ppid, []).append(int(entry.name))
+    tree = _children_by_parent()
     found: set[int] = set()
     stack = [root]
     while stack:
-        for child in children.get(stack.pop(), []):
+        for child in tree.get(stack.pop(), []):
             if child not in found:
                 found.add(child)
                 stack.append(child)
+    return found
+
+
+def children(parent: int) -> list[int]:
+    """PIDs of the live children of `parent`, oldest (lowest PID) first."""
+    return sorted(_children_by_parent().get(parent, []))
+
+
+def _children_by_parent() -> dict[int, list[int]]:
+    """Every live process's PID under its parent's PID, from /proc/*/stat."""
+    tree: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit() and (ppid := _ppid(int(entry.name))) is not None:
+            tree.setdefault(ppid, []).append(int(entry.name))
+    return tree
+
+
+def written_bytes(pids: set[int]) -> dict[int, int]:
+    """`write_bytes` of /proc/<pid>/io (the bytes `ru_oublock` counts in 512-byte units) of
+    each live process of `pids`."""
+    found = {}
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/io", encoding="ascii") as io:
+                found[pid] = next(int(x.split()[1]) for x in io if x.startswith("write_bytes:"))
+        except (OSError, StopIteration, ValueError):
+            continue
     return found
 
 

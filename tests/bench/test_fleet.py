@@ -1,6 +1,6 @@
 """Section h (the fleet regime), small: 200 tickets at pool 512 and 2 s a call, ours embedded,
-ours on two `ticketgraph worker` processes and the LangGraph peer against one provider
-process. Nothing here asserts a timing: the section must run all three, count the requests
+ours on two and on three `ticketgraph worker` processes and the LangGraph peer against one
+provider process. Nothing here asserts a timing: the section must run all three, count the requests
 each kept in flight at the provider, and report our processes' peak memory, threads and CPU."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from bench import fleet
 from orchestrator.broker import embedded
 
 REPO = Path(__file__).resolve().parents[2]
@@ -29,15 +30,20 @@ def test_the_fleet_section_measures_in_flight_memory_and_threads(tmp_path: Path)
     assert section["error"] == "", section["error"]
     figures = {f["key"]: f for f in section["figures"]}
     keys = ("h.ours.wall", "h.peer.wall", "h.ours_over_langgraph", "h.ours.rss")
-    spread = ("h.distributed.wall", "h.distributed_over_langgraph", "h.distributed.rss")
+    spread = [
+        f"h.{layout}{figure}"
+        for layout in ("distributed", "three")
+        for figure in (".wall", "_over_langgraph", ".rss")
+    ]
     for key in (*keys, *spread, "h.ours.cpu_ms_per_ticket"):
         assert figures[key]["value"] is not None and figures[key]["valid"], figures[key]
     # Every ticket's first call goes out at once: the provider saw many in flight from each,
     # never more than there are tickets.
-    for key in ("h.ours.in_flight", "h.distributed.in_flight", "h.peer.in_flight"):
-        assert N // 2 <= figures[key]["value"] <= N, figures[key]
+    for key in ("ours", "distributed", "three", "peer"):
+        assert N // 2 <= figures[f"h.{key}.in_flight"]["value"] <= N, figures[f"h.{key}.in_flight"]
     assert figures["h.ours.in_flight"]["target"]["bound"] == 512
-    assert figures["h.distributed.ideal"]["target"]["bound"] == 0.9
+    for key in ("ours", "distributed", "three"):
+        assert figures[f"h.{key}.ideal"]["target"]["bound"] == 0.9
     # The embedded layout's worker processes (pool 512: up to two a core), each waiting on
     # its share of the requests on its threads.
     processes, _threads = embedded.layout(512)
@@ -46,6 +52,11 @@ def test_the_fleet_section_measures_in_flight_memory_and_threads(tmp_path: Path)
     # Each worker starts its threads as tickets come: the busier of the two ran a quarter of
     # the tickets at once, at least.
     assert figures["h.distributed.threads"]["value"] >= N // 4, figures["h.distributed.threads"]
-    workers = section["raw"]["distributed_workers"]
-    assert len({p["pid"] for p in workers}) >= 2 and all(p["peak_rss_mb"] > 0 for p in workers)
+    assert figures["h.three.threads"]["value"] >= N // 6, figures["h.three.threads"]
+    for key, processes in (("distributed", 2), ("three", 3)):
+        workers = section["raw"][f"{key}_workers"]
+        assert len({p["pid"] for p in workers}) >= processes
+        assert all(p["peak_rss_mb"] > 0 for p in workers)
+    # The pool's 512 threads split over three workers, the first ones taking the remainder.
+    assert [spec.threads for spec in fleet.WORKER_LAYOUTS["three"]] == [171, 171, 170]
     assert "ours (embedded): most requests in flight at the provider" in done.stdout
