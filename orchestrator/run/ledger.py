@@ -51,16 +51,29 @@ class Repeats(BaseModel):
 
 def workspace_id(workspace: Workspace) -> str:
     """The workspace's id, made the first time it is asked for (every machine that sees
-    the workspace reads the same one; its path may differ between them)."""
+    the workspace reads the same one; its path may differ between them). An id never
+    changes: a process reads it once, not once a ticket (three round trips to the volume
+    a ticket, #51)."""
+    root = str(workspace.root)
+    if (known := _ids.get(root)) is not None:
+        return known
     path = workspace.root / FOLDER / "id"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with contextlib.suppress(FileExistsError):
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(uuid.uuid4().hex + "\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-    return path.read_text(encoding="utf-8").strip()
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # Complete from its first moment: a thread that finds it made reads the whole id,
+        # never the empty file another thread has created and not yet written.
+        tmp = path.with_name(f".id.{uuid.uuid4().hex}.tmp")
+        atomic.write_text(tmp, uuid.uuid4().hex + "\n")
+        try:
+            with contextlib.suppress(FileExistsError):
+                os.link(tmp, path)
+        finally:
+            os.unlink(tmp)
+    _ids[root] = found = path.read_text(encoding="utf-8").strip()
+    return found
+
+
+_ids: dict[str, str] = {}  # workspace root -> its id, in this process
 
 
 def text_hash(text: str) -> str:

@@ -90,11 +90,6 @@ def for_run(config: RunConfig, texts: Mapping[str, str]) -> Batching:
     return _batching(config, texts, tokens.count)
 
 
-def counts_tokens(config: RunConfig, texts: Mapping[str, str]) -> bool:
-    """Whether `for_run` over `texts` counts tokens (it builds the tokenizer)."""
-    return len(_batching(config, texts, _utf8_bytes).plan(list(texts))) > 1
-
-
 def _batching(config: RunConfig, texts: Mapping[str, str], count: Callable[[str], int]) -> Batching:
     """The room of one routing call (the router's system prompt, its reply capped at its
     max_tokens, None: uncapped) and each ticket's cost in it, counted by `count`."""

@@ -64,14 +64,6 @@ def route(ctx: Context) -> list[str] | Stop:
     return [i for i in ids if i in routes]
 
 
-def counts_tokens(store: RunStore) -> bool:
-    """Whether routing this run's tickets will count tokens (they do not all fit one call
-    counted in bytes): an embedded run then builds the tokenizer before it forks its
-    workers, once for all of them, instead of the route's worker building it on the run's
-    critical path (~0.4 s of CPU on the Intel machine of BENCHMARKS.md, #51)."""
-    return batches.counts_tokens(store.meta().config, _texts(store, store.ticket_ids()))
-
-
 def _texts(store: RunStore, ids: list[str]) -> dict[str, str]:
     """Each ticket's text as the router is shown it."""
     chars = store.meta().config.route_chars

@@ -35,9 +35,8 @@ from orchestrator.plan import canvas, tasks
 from orchestrator.run import ending, lease
 from orchestrator.run.records import RunStatus
 from orchestrator.run.store import RunStore
-from orchestrator.steps import report, route
+from orchestrator.steps import report
 from orchestrator.submission import cancel
-from workers import tokens
 from workers.settings import HarnessSettings
 
 # How often the waiting CLI looks at run.json when no event came, and for the submission's
@@ -291,9 +290,6 @@ def _celery(
     if settings.broker_url:
         yield configure(settings.broker_url, settings, llm)
         return
-    with contextlib.suppress(OSError, ValueError):  # a lost ticket file: route says so
-        if route.counts_tokens(store):  # built here, before the fork, for every worker
-            tokens.encoding()
     with embedded.cluster(workspace, settings, llm, pool_size, store.workers_log) as app:
         yield app
 

@@ -250,3 +250,33 @@ def test_init_sets_up_the_users_key_outside_the_workspace(
     assert public.read_text().startswith("ed25519 ")
     assert not list((tmp_path / "ws").rglob("*.key"))
     assert str(private) in made.stdout
+
+
+def test_threads_that_ask_a_fresh_workspace_for_its_id_at_once_all_read_the_same_one(
+    tmp_path: Path,
+) -> None:
+    """The first tickets of a fresh workspace ask for its id at once: every one gets the
+    whole id (never the empty file another thread had created and not yet written), and a
+    process that knows it does not read it again."""
+    import threading
+
+    from orchestrator.run import ledger
+    from orchestrator.run.workspace import Workspace
+
+    workspace = Workspace(tmp_path)
+    start, seen = threading.Barrier(16), []
+
+    def ask() -> None:
+        start.wait()
+        seen.append(ledger.workspace_id(workspace))
+
+    threads = [threading.Thread(target=ask) for _ in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    made = (tmp_path / "ledger" / "id").read_text().strip()
+    assert len(made) == 32 and seen == [made] * 16
+    assert [p.name for p in (tmp_path / "ledger").iterdir()] == ["id"]  # no temp left
+    (tmp_path / "ledger" / "id").unlink()
+    assert ledger.workspace_id(workspace) == made  # known in this process: not read again
