@@ -116,7 +116,7 @@ def _figures(
             f"whole command wall, pool 2 ({count})",
             rounded(command),
             "s",
-            Target("<=", 0.8, "≤ 0.8 s (#21)"),
+            Target("<=", 1.0, "≤ 1.0 s (#51; #21 asked 0.8 s)"),
             valid=not problem,
         ),
         Figure(

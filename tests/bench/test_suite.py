@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parents[2]
 # key -> (comparison, bound) as the issue sets them
 TARGETS = {
     "d.pool2.fanout_ms": ("<=", 1.3 * 243),
-    "d.pool2.command_s": ("<=", 0.8),
+    "d.pool2.command_s": ("<=", 1.0),  # #51 (#21 asked 0.8 s)
     "d.pool2.command_over_langgraph": ("<=", 0.8),
     "e.small.max_bytes": ("<", 2048),
     "e.big.max_bytes": ("<", 2048),
