@@ -19,7 +19,9 @@ starts with its own, empty.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import errno
 import os
 import threading
 import time
@@ -57,57 +59,72 @@ class GroupCommit:
     def flushed(self, path: str) -> None:
         """Return once `path`, written and closed but not flushed, is on disk: flushed by a
         flush that began after this call. The flush's error (EIO, ENOSPC), naming `path`,
-        if it failed."""
+        if it failed; a flush cut short (an interrupt in its leader) is an EIO for all."""
         with self._cond:
             batch = self._open
             batch.paths.append(path)
             if len(batch.paths) >= self.most:
                 self._cond.notify_all()  # a leader waiting out its window goes now
-            while not batch.done:
-                if not self._flushing:  # the open batch has no leader: this thread leads
-                    self._lead(batch)
-                else:
-                    self._cond.wait()
+            try:
+                while not batch.done:
+                    if not self._flushing:  # the open batch has no leader: this thread leads
+                        self._lead(batch)
+                    else:
+                        self._cond.wait()
+            except BaseException:
+                if not batch.done and batch is self._open:
+                    batch.paths.remove(path)  # given up before its flush began: not in it
+                raise
         if batch.error is not None:
-            raise OSError(batch.error.errno, batch.error.strerror, path)
+            raise OSError(batch.error.errno, batch.error.strerror, path) from batch.error
 
     def _lead(self, batch: _Batch) -> None:
-        """Flush `batch` (called under the lock, with no flush running)."""
+        """Flush `batch` (called under the lock, with no flush running). Whatever stops it
+        (an interrupt while it waits or flushes) ends the batch failed, never done as if
+        flushed, and leaves the next batch a leader."""
         self._flushing = True
-        deadline = time.monotonic() + self.window_s
-        while len(batch.paths) < self.most and (left := deadline - time.monotonic()) > 0:
-            self._cond.wait(left)  # others join `batch`: it is still the open one
-        self._open = _Batch()  # who comes now rides the next flush
-        self._cond.release()
+        flushed = False
         try:
-            _flush(batch.paths)
-        except OSError as exc:
-            batch.error = exc
+            deadline = time.monotonic() + self.window_s
+            while len(batch.paths) < self.most and (left := deadline - time.monotonic()) > 0:
+                self._cond.wait(left)  # others join `batch`: it is still the open one
+            self._open = _Batch()  # who comes now rides the next flush
+            self._cond.release()
+            try:
+                _flush(batch.paths)
+                flushed = True
+            except OSError as exc:
+                batch.error, flushed = exc, True
+            finally:
+                self._cond.acquire()
         finally:
-            self._cond.acquire()
+            if self._open is batch:
+                self._open = _Batch()
+            if not flushed:
+                batch.error = OSError(errno.EIO, "the flush to disk was interrupted")
             self.flushes, self.files = self.flushes + 1, self.files + len(batch.paths)
             batch.done, self._flushing = True, False
             self._cond.notify_all()
 
 
 def _flush(paths: list[str]) -> None:
-    """Put the contents of `paths` on disk: one syncfs per filesystem they are on, or, where
-    there is no syncfs, an fsync of each."""
-    if _SYNCFS is None or len(paths) == 1:
-        for path in paths:
-            _fsync(path)
-        return
-    devices: dict[int, str] = {}
+    """Put the contents of `paths` on disk: one syncfs per filesystem they are on where
+    syncfs is known to flush as fsync does, else an fsync of each."""
+    by_device: dict[int, list[str]] = {}
     for path in paths:
-        devices.setdefault(os.stat(path).st_dev, path)
-    for path in devices.values():
-        fd = os.open(path, os.O_RDONLY)
         try:
+            by_device.setdefault(os.stat(path).st_dev, []).append(path)
+        except FileNotFoundError:  # its saver gave up (interrupted) and removed it
+            continue
+    for device, files in by_device.items():
+        if len(files) > 1 and (fd := _syncfs_fd(device, files[0])) is not None:
             if _SYNCFS(fd) != 0:
                 err = ctypes.get_errno()
-                raise OSError(err, os.strerror(err), path)
-        finally:
-            os.close(fd)
+                raise OSError(err, os.strerror(err), files[0])
+        else:
+            for path in files:
+                with contextlib.suppress(FileNotFoundError):
+                    _fsync(path)
 
 
 def _fsync(path: str) -> None:
@@ -118,8 +135,57 @@ def _fsync(path: str) -> None:
         os.close(fd)
 
 
+# Filesystems whose syncfs writes back and flushes every dirty file as fsync would, and
+# reports a writeback error (Linux 5.8 on) to each descriptor opened before it: FUSE and
+# SMB may not pass a syncfs on to their server at all, so their files are fsynced one by
+# one.
+SYNCFS_TYPES = frozenset({"ext2", "ext3", "ext4", "xfs", "btrfs", "f2fs", "tmpfs", "nfs", "nfs4"})
+_syncfs_fds: dict[int, int | None] = {}  # device -> a descriptor on it kept open, or None
+
+
+def _syncfs_fd(device: int, path: str) -> int | None:
+    """A descriptor on `device`'s filesystem for syncfs, opened once a process (so a
+    writeback error after its opening reaches the next syncfs), or None where syncfs is not
+    to be trusted there."""
+    if device not in _syncfs_fds:
+        usable = _SYNCFS is not None and _kernel() >= (5, 8) and _fs_type(device) in SYNCFS_TYPES
+        _syncfs_fds[device] = os.open(os.path.dirname(path) or ".", os.O_RDONLY) if usable else None
+    return _syncfs_fds[device]
+
+
+def _kernel() -> tuple[int, int]:
+    try:
+        major, minor = os.uname().release.split(".")[:2]
+        return int(major), int("".join(c for c in minor if c.isdigit()) or 0)
+    except ValueError:
+        return (0, 0)
+
+
+def _fs_type(device: int) -> str:
+    """The type of the filesystem mounted from `device` (/proc/self/mountinfo), or ""."""
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8") as mounts:
+            for line in mounts:
+                fields = line.split()
+                major, minor = fields[2].split(":")
+                if os.makedev(int(major), int(minor)) == device:
+                    return fields[fields.index("-") + 1]
+    except (OSError, ValueError, IndexError):
+        pass
+    return ""
+
+
+def _forget_descriptors() -> None:
+    """In a forked child: its own descriptors, not its parent's (whose errors they share)."""
+    for fd in _syncfs_fds.values():
+        if fd is not None:
+            os.close(fd)
+    _syncfs_fds.clear()
+
+
 commits = GroupCommit()
 os.register_at_fork(after_in_child=commits._reset)  # a lock held at the fork is not ours
+os.register_at_fork(after_in_child=_forget_descriptors)
 
 
 def configure(window_ms: float, most: int = DEFAULT_MOST) -> None:

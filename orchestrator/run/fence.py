@@ -27,7 +27,7 @@ import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from workers import atomic
+from workers import atomic, commit
 from workers.errors import Superseded
 from workers.fence import Fence
 
@@ -59,20 +59,17 @@ def _epoch(fd: int) -> int:
     return int(raw) if raw else 0
 
 
-def _bump(fd: int) -> int:
-    """The next epoch, written and returned.
+def _bump(fd: int, file: Path) -> int:
+    """The next epoch, written and flushed to disk (through the process's group commit,
+    with whatever its other threads save at once) before it is returned.
 
-    Not flushed to disk (it was, one fsync a task, two a ticket: #51). An epoch is only
-    ever compared with the epochs of copies that are alive, and every live copy sees the
-    number written: on one machine through the page cache, which outlives a killed process;
-    on NFS because Linux's client syncs a file to the server (a COMMIT: on its disk) before
-    it lets go of the file's lock, and reads it again when it takes one. What an unflushed
-    epoch can lose is an OS crash of the machine whose disk holds it, with local disk: that
-    ends every copy that held an epoch there, and a number the crash took back is taken
-    again by a delivery that nothing alive can confuse with an earlier one.
+    It must outlive an OS crash: a volume exported by a machine that runs workers too can
+    lose an unflushed epoch with that machine while a stalled copy elsewhere still holds
+    the epoch before it, which the file would then call the newest again.
     """
     epoch = _epoch(fd) + 1
     os.pwrite(fd, f"{epoch}\n".encode(), 0)  # numbers only grow: nothing to truncate
+    commit.flushed(os.fspath(file))
     return epoch
 
 
@@ -86,14 +83,14 @@ class EpochFence(Fence):
     def take(cls, file: Path) -> EpochFence:
         """Take a new epoch, superseding every earlier copy."""
         with locked(file) as fd:
-            return cls(file, _bump(fd))
+            return cls(file, _bump(fd, file))
 
     @classmethod
     def take_if(cls, file: Path, may_take: Callable[[], bool]) -> EpochFence | None:
         """`take`, unless `may_take()`, asked under the lock, says the work is no longer
         there to do (then None, and nothing changes)."""
         with locked(file) as fd:
-            return cls(file, _bump(fd)) if may_take() else None
+            return cls(file, _bump(fd, file)) if may_take() else None
 
     def newest(self) -> int:
         """The epoch of the newest copy (read without the lock: for a check, not a write)."""

@@ -21,6 +21,7 @@ import hashlib
 import os
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
 
@@ -51,29 +52,44 @@ class Repeats(BaseModel):
 
 def workspace_id(workspace: Workspace) -> str:
     """The workspace's id, made the first time it is asked for (every machine that sees
-    the workspace reads the same one; its path may differ between them). An id never
-    changes: a process reads it once, not once a ticket (three round trips to the volume
-    a ticket, #51)."""
-    root = str(workspace.root)
-    if (known := _ids.get(root)) is not None:
-        return known
+    the workspace reads the same one; its path may differ between them). A process reads
+    the file once and then only looks that it is still the same file (one stat, not the
+    three round trips to the volume a ticket it cost, #51): a workspace made again at the
+    same path has a new id file, and its new id is read."""
     path = workspace.root / FOLDER / "id"
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # Complete from its first moment: a thread that finds it made reads the whole id,
-        # never the empty file another thread has created and not yet written.
-        tmp = path.with_name(f".id.{uuid.uuid4().hex}.tmp")
-        atomic.write_text(tmp, uuid.uuid4().hex + "\n")
-        try:
-            with contextlib.suppress(FileExistsError):
-                os.link(tmp, path)
-        finally:
-            os.unlink(tmp)
-    _ids[root] = found = path.read_text(encoding="utf-8").strip()
-    return found
+    try:
+        found = os.stat(path)
+    except FileNotFoundError:
+        _make_id(path)
+        found = os.stat(path)
+    key = (found.st_dev, found.st_ino, found.st_ctime_ns)  # an inode number may be reused
+    if (known := _ids.get(key)) is None:
+        _ids[key] = known = path.read_text(encoding="utf-8").strip()
+    return known
 
 
-_ids: dict[str, str] = {}  # workspace root -> its id, in this process
+_ids: dict[tuple[int, int, int], str] = {}  # the id file (device, inode, ctime) -> its id
+
+
+def _make_id(path: Path) -> None:
+    """Create the id file unless another thread or machine did first, complete from its
+    first moment: a reader never finds it created and not yet written."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".id.{uuid.uuid4().hex}.tmp")
+    atomic.write_text(tmp, uuid.uuid4().hex + "\n")
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        pass
+    except OSError:  # a filesystem without hard links: an exclusive create of the name
+        with contextlib.suppress(FileExistsError):
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(atomic.read_bytes(tmp))
+                handle.flush()
+                os.fsync(handle.fileno())
+    finally:
+        os.unlink(tmp)
 
 
 def text_hash(text: str) -> str:

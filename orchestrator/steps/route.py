@@ -64,9 +64,8 @@ def route(ctx: Context) -> list[str] | Stop:
     return [i for i in ids if i in routes]
 
 
-def _texts(store: RunStore, ids: list[str]) -> dict[str, str]:
-    """Each ticket's text as the router is shown it."""
-    chars = store.meta().config.route_chars
+def _texts(store: RunStore, ids: list[str], chars: int) -> dict[str, str]:
+    """Each ticket's text as the router is shown it (its first `chars` characters)."""
     return {i: inbox.route_text(store.ticket_text(i), chars) for i in ids}
 
 
@@ -86,7 +85,7 @@ class _Asking:
     def __init__(self, ctx: Context, ids: list[str], trace: Tracer) -> None:
         config = ctx.meta.config
         self.ctx, self.ids, self.trace = ctx, ids, trace
-        self.texts = _texts(ctx.store, ids)
+        self.texts = _texts(ctx.store, ids, config.route_chars)
         self.system = prompts.ROUTER.format(categories=agent.categories_text(config))
         self.batching = batches.for_run(config, self.texts)
 

@@ -257,7 +257,7 @@ def test_threads_that_ask_a_fresh_workspace_for_its_id_at_once_all_read_the_same
 ) -> None:
     """The first tickets of a fresh workspace ask for its id at once: every one gets the
     whole id (never the empty file another thread had created and not yet written), and a
-    process that knows it does not read it again."""
+    workspace made again at the same path has its new id read, not the one a process knew."""
     import threading
 
     from orchestrator.run import ledger
@@ -278,5 +278,7 @@ def test_threads_that_ask_a_fresh_workspace_for_its_id_at_once_all_read_the_same
     made = (tmp_path / "ledger" / "id").read_text().strip()
     assert len(made) == 32 and seen == [made] * 16
     assert [p.name for p in (tmp_path / "ledger").iterdir()] == ["id"]  # no temp left
-    (tmp_path / "ledger" / "id").unlink()
-    assert ledger.workspace_id(workspace) == made  # known in this process: not read again
+    assert ledger.workspace_id(workspace) == made
+    (tmp_path / "ledger" / "id").unlink()  # the workspace made again: a new id file
+    again = ledger.workspace_id(workspace)
+    assert len(again) == 32 and again != made
