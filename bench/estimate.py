@@ -83,9 +83,10 @@ REMEDIES = {
     "nfs": "The shared volume gives out first: each small step's durable write is a file "
     "created, fsynced and renamed, and run.jsonl is opened, appended to and closed for each "
     "event; on NFS each fsync and each close after a write is a COMMIT, and each create and "
-    "rename a synchronous update on the server. Keep per-step state where commits are cheap "
-    "(Redis with an append-only file, or one journal a worker appends to and fsyncs once per "
-    "batch of steps: group commit), keep the trace open per process and flush it in "
+    "rename a synchronous update on the server (group commit saves fsyncs on a local disk, "
+    "but there a written file's close commits it anyway). Keep per-step state where commits "
+    "are cheap (Redis with an append-only file, or one journal a worker appends to and "
+    "flushes once per batch of steps), keep the trace open per process and flush it in "
     "batches, and write to the volume only what a person reads (out/, the report).",
 }
 

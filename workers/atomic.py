@@ -3,20 +3,12 @@
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import errno
 import os
 import secrets
 from collections.abc import Iterable, Iterator
 
 from workers import commit
-
-try:
-    _LIBC: ctypes.CDLL | None = ctypes.CDLL(None, use_errno=True)
-    _SYNCFS = _LIBC.syncfs
-except (OSError, AttributeError):  # not Linux: fsync each file instead
-    _SYNCFS = None
-
 
 Content = str | bytes | Iterable[bytes]  # text, UTF-8 bytes, or such bytes in pieces
 
@@ -53,7 +45,7 @@ def write_many(items: Iterable[tuple[str | os.PathLike[str], str | bytes]]) -> N
         for target, text in items:
             path = os.fspath(target)
             temps.append((_write_temp(path, text, fsync=False), path))
-        _flush([tmp for tmp, _target in temps])
+        commit.flush([tmp for tmp, _target in temps])  # one syncfs, where it can be trusted
 
 
 @contextlib.contextmanager
@@ -105,7 +97,7 @@ def link_many(items: Iterable[tuple[str | os.PathLike[str], str | os.PathLike[st
     targets = published + [target for _source, target in copies]
     for folder in dict.fromkeys(os.path.dirname(path) or "." for path in targets):
         try:
-            _fsync_path(folder)
+            commit.fsync_path(folder)
         except OSError as exc:  # a filesystem that syncs no folder (some FUSE ones) says so
             if exc.errno not in _NO_FOLDER_SYNC:
                 raise
@@ -249,26 +241,3 @@ def read_bytes(path: str | os.PathLike[str]) -> bytes:
 
 
 _CHUNK = 1 << 16
-
-
-def _fsync_path(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _flush(paths: list[str]) -> None:
-    """Put the contents of `paths` on disk: one syncfs of their filesystem where there is one."""
-    if not paths:
-        return
-    if _SYNCFS is not None:
-        fd = os.open(os.path.dirname(paths[0]) or ".", os.O_RDONLY)
-        try:
-            if _SYNCFS(fd) == 0:
-                return
-        finally:
-            os.close(fd)
-    for path in paths:
-        _fsync_path(path)

@@ -91,7 +91,7 @@ class GroupCommit:
             self._open = _Batch()  # who comes now rides the next flush
             self._cond.release()
             try:
-                _flush(batch.paths)
+                flush(batch.paths)
                 flushed = True
             except OSError as exc:
                 batch.error, flushed = exc, True
@@ -107,7 +107,7 @@ class GroupCommit:
             self._cond.notify_all()
 
 
-def _flush(paths: list[str]) -> None:
+def flush(paths: list[str]) -> None:
     """Put the contents of `paths` on disk: one syncfs per filesystem that holds SYNCFS_MIN
     of them or more, where syncfs is known to flush as fsync does, else an fsync of each."""
     by_device: dict[int, list[str]] = {}
@@ -124,10 +124,11 @@ def _flush(paths: list[str]) -> None:
         else:
             for path in files:
                 with contextlib.suppress(FileNotFoundError):
-                    _fsync(path)
+                    fsync_path(path)
 
 
-def _fsync(path: str) -> None:
+def fsync_path(path: str) -> None:
+    """fsync a file (or folder) by its path."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)

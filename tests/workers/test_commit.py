@@ -25,7 +25,7 @@ def commits(monkeypatch: pytest.MonkeyPatch) -> commit.GroupCommit:
     it makes checked: the files of a batch are still temp files (not renamed into place)."""
     fresh = commit.GroupCommit(window_s=0.02)
     monkeypatch.setattr(commit, "commits", fresh)
-    real = commit._flush
+    real = commit.flush
 
     def checked(paths: list[str]) -> None:
         # Every file of a batch is still its temp, not renamed into place before its flush
@@ -34,7 +34,7 @@ def commits(monkeypatch: pytest.MonkeyPatch) -> commit.GroupCommit:
             raise OSError(errno.EINVAL, f"renamed before its flush: {paths}")
         real(paths)
 
-    monkeypatch.setattr(commit, "_flush", checked)
+    monkeypatch.setattr(commit, "flush", checked)
     return fresh
 
 
@@ -76,13 +76,13 @@ def test_threads_saving_at_once_share_flushes_and_each_waits_for_its_own(
 def test_a_failed_flush_reaches_every_saver_of_its_batch_and_renames_none(
     tmp_path: Path, commits: commit.GroupCommit, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real = commit._flush
+    real = commit.flush
 
     def failing(paths: list[str]) -> None:
         real(paths)
         raise OSError(errno.EIO, os.strerror(errno.EIO))
 
-    monkeypatch.setattr(commit, "_flush", failing)
+    monkeypatch.setattr(commit, "flush", failing)
     errors: list[BaseException] = []
     _save_at_once(tmp_path, errors)
     assert len(errors) == THREADS  # each thread's first save failed

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from workers import atomic, tokens
+from workers import atomic, commit, tokens
 from workers.errors import TokenizerError
 from workers.pricing import Price, PriceTable, cost
 from workers.state import Message, RunState, ToolCall, new_run, pending
@@ -203,9 +203,9 @@ def test_link_many_flushes_the_folder_of_a_target_it_copied(
         there = Path(shm) / "there.txt"
         there.write_text("copied\n")
         events: list[tuple[str, str]] = []
-        real_sync, real_replace = atomic._fsync_path, os.replace
+        real_sync, real_replace = commit.fsync_path, os.replace
         monkeypatch.setattr(
-            atomic, "_fsync_path", lambda p: (events.append(("sync", p)), real_sync(p))
+            commit, "fsync_path", lambda p: (events.append(("sync", p)), real_sync(p))
         )
         monkeypatch.setattr(
             os,
