@@ -33,9 +33,14 @@ def ticket(value: str) -> str:
     return value
 
 
+def is_run_id(value: str) -> bool:
+    """True if `value` may name a run (and so its folder)."""
+    return bool(RUN_ID.match(value)) and ".." not in value
+
+
 def run(value: str) -> str:
     """`value` if it is a run id; `RunStateError` otherwise."""
-    if not RUN_ID.match(value) or ".." in value:
+    if not is_run_id(value):
         raise RunStateError(f"{value!r} is not a run id (see runs/ for the ids)")
     return value
 

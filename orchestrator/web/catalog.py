@@ -145,7 +145,7 @@ class Catalog:
             names = [e.name for e in os.scandir(self.runs_dir) if e.is_dir()]
         except FileNotFoundError:
             return []
-        return sorted((n for n in names if _is_run(n)), reverse=True)
+        return sorted((n for n in names if ids.is_run_id(n)), reverse=True)
 
     def runs(self) -> list[RunRow]:
         """Every run's row, newest first (a run whose files cannot be read: `unreadable`)."""
@@ -342,14 +342,6 @@ def _key(path: Path) -> tuple[int, int, int]:
 
 def _is_json(name: str) -> bool:
     return name.endswith(".json") and not name.startswith(".")
-
-
-def _is_run(name: str) -> bool:
-    try:
-        ids.run(name)
-    except RunStateError:
-        return False
-    return True
 
 
 def _ticket_row(ticket_id: str, record: dict[str, Any]) -> TicketRow:

@@ -19,7 +19,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 
-from orchestrator.errors import GraphError, RunStateError
+from orchestrator.errors import GraphError
 from orchestrator.people import queue, stops
 from orchestrator.run import ids
 from orchestrator.web import forms, paging
@@ -243,26 +243,18 @@ def _batch_problem(keys: list[str], decision: str, reason: str) -> str | None:
         return "tick the calls to decide first (the boxes in the first column)"
     for key in keys:
         parts = key.split("/", 2)
-        if len(parts) != 3 or not ids.is_ticket_id(parts[1]) or not _is_run_id(parts[0]):
+        if len(parts) != 3 or not ids.is_ticket_id(parts[1]) or not ids.is_run_id(parts[0]):
             return f"{key!r} is not a call of this workspace: reload the queue and tick again"
     if decision == "reject" and not reason.strip():
         return "a rejection needs a reason (the model reads it): write one and reject again"
     return None
 
 
-def _is_run_id(value: str) -> bool:
-    try:
-        ids.run(value)
-    except RunStateError:
-        return False
-    return True
-
-
 def _run_filter(chosen: dict[str, str]) -> str | None:
     """The one filter applied while reading: the run (it narrows the scan; only a run id
     that passes the id rules becomes a path). The rest are `_shown`'s, so the counts are
     the whole queue's."""
-    return chosen["run"] if _is_run_id(chosen["run"]) else None
+    return chosen["run"] if ids.is_run_id(chosen["run"]) else None
 
 
 def _shown(chosen: dict[str, str]) -> queue.Filters:
