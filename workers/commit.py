@@ -110,21 +110,26 @@ class GroupCommit:
 def flush(paths: list[str]) -> None:
     """Put the contents of `paths` on disk: one syncfs per filesystem that holds SYNCFS_MIN
     of them or more, where syncfs is known to flush as fsync does, else an fsync of each."""
+    if len(paths) < SYNCFS_MIN:  # a small batch, the usual one: no stat a file
+        _fsync_each(paths)
+        return
     by_device: dict[int, list[str]] = {}
     for path in paths:
-        try:
+        with contextlib.suppress(FileNotFoundError):  # its saver gave up and removed it
             by_device.setdefault(os.stat(path).st_dev, []).append(path)
-        except FileNotFoundError:  # its saver gave up (interrupted) and removed it
-            continue
     for device, files in by_device.items():
         if len(files) >= SYNCFS_MIN and (fd := _syncfs_fd(device, files[0])) is not None:
             if _SYNCFS(fd) != 0:
                 err = ctypes.get_errno()
                 raise OSError(err, os.strerror(err), files[0])
         else:
-            for path in files:
-                with contextlib.suppress(FileNotFoundError):
-                    fsync_path(path)
+            _fsync_each(files)
+
+
+def _fsync_each(paths: list[str]) -> None:
+    for path in paths:
+        with contextlib.suppress(FileNotFoundError):  # its saver gave up and removed it
+            fsync_path(path)
 
 
 def fsync_path(path: str) -> None:
