@@ -61,6 +61,7 @@ from bench.services import (
 )
 from orchestrator.broker.redis_server import RedisServer
 from orchestrator.config.workspace import CONFIG_FILE, DEMO_SCENARIOS, init_demo
+from workers import versions
 from workers.trace import read as read_trace
 
 POINTS = ("model", "write", "review")
@@ -217,7 +218,7 @@ def _finished_records(workspace: Path) -> dict[str, bytes]:
     out = {}
     for path in sorted((workspace / "runs").glob("run-*/records/*.json")):
         data = path.read_bytes()
-        if json.loads(data)["status"] in ("pass", "needs_human"):
+        if versions.newest(data, json.loads)["status"] in ("pass", "needs_human"):
             out[path.name] = data
     return out
 
@@ -350,7 +351,7 @@ def _count(
     interrupted = any(
         "interrupted before its result was recorded" in (m.get("content") or "")
         for path in run_dir.glob("agents/T-1001.*.json")
-        for m in json.loads(path.read_text())["messages"]
+        for m in versions.read_json(path)["messages"]
     )
     recorded = sum(n["calls"] for n in state["nodes"].values())
     return Trial(

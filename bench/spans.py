@@ -53,6 +53,7 @@ SPANS: list[tuple[str, str, str]] = [
     ("  write a ticket's record", "orchestrator.run.store", "RunStore.save_ticket"),
     ("  a trace line", "workers.trace", "Tracer.emit"),
     ("  an atomic file write", "workers.atomic", "write_text"),
+    ("  a version appended", "workers.versions", "append"),
 ]
 TOP = SPANS[0][0]
 WORKERS = 2

@@ -32,6 +32,7 @@ from bench.services import child_env, ticketgraph
 from bench.suite import Context, Section
 from orchestrator.run import waitlist
 from orchestrator.run.store import RunStore
+from workers import versions
 
 TARGET_MS = 300.0
 BIG_RUN = "run-20261201-000000-big0"
@@ -62,7 +63,7 @@ def big_run(
     target = runs_dir / run_id
     (target / "records").mkdir(parents=True)
     shutil.copytree(source / "nodes", target / "nodes")
-    records = [json.loads(p.read_bytes()) for p in sorted((source / "records").glob("*.json"))]
+    records = [versions.read_json(p) for p in sorted((source / "records").glob("*.json"))]
     records = [r for r in records if status in (None, r["status"])]
     tickets: dict[str, Any] = {}
     for k in range(n):

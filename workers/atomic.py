@@ -59,7 +59,7 @@ def _renamed_into_place() -> Iterator[list[tuple[str, str]]]:
             try:
                 os.replace(tmp, path)
             except OSError as exc:  # the temp's name would point at a file nobody knows
-                raise _naming(exc, path) from exc
+                raise naming(exc, path) from exc
     except BaseException:
         for tmp, _target in temps:
             _unlink(tmp)
@@ -140,7 +140,7 @@ def _link(source: str, target: str) -> str | None:
                 raise _NoLink from exc
             # The new name is what failed (a read-only or full target folder), not the
             # source the error names first.
-            raise _naming(exc, target) from exc
+            raise naming(exc, target) from exc
 
 
 def _write_temp(target: str, text: Content, fsync: bool) -> str:
@@ -171,12 +171,12 @@ def _write_temp(target: str, text: Content, fsync: bool) -> str:
         break
     try:
         for piece in pieces:  # a producer's own error (a record it read) goes out as it is
-            _write_all(fd, piece, target)
+            write_all(fd, piece, target)
         if fsync:
             try:
                 os.fsync(fd)
             except OSError as exc:
-                raise _naming(exc, target) from exc
+                raise naming(exc, target) from exc
     except BaseException:
         os.close(fd)
         _unlink(tmp)
@@ -190,7 +190,7 @@ def _flushed(tmp: str, target: str) -> None:
     try:
         commit.flushed(tmp)
     except OSError as exc:
-        raise _naming(exc, target) from exc
+        raise naming(exc, target) from exc
 
 
 def _temp_name(folder: str, name: str) -> str:
@@ -205,17 +205,17 @@ def _unlink(path: str) -> None:
         os.unlink(path)
 
 
-def _write_all(fd: int, data: bytes, target: str) -> None:
+def write_all(fd: int, data: bytes, target: str) -> None:
     """All of `data` to `fd`; an error names `target`."""
     view = memoryview(data)
     try:
         while view:
             view = view[os.write(fd, view) :]
     except OSError as exc:
-        raise _naming(exc, target) from exc
+        raise naming(exc, target) from exc
 
 
-def _naming(exc: OSError, target: str) -> OSError:
+def naming(exc: OSError, target: str) -> OSError:
     """A failed write() or fsync() names no file, a failed link() or rename() its source
     first: the same error, naming `target`."""
     return OSError(exc.errno, exc.strerror, str(target))

@@ -13,7 +13,7 @@ import contextlib
 import os
 from collections.abc import Iterable, Iterator
 
-from workers import atomic
+from workers import atomic, versions
 
 
 class Fence:
@@ -34,6 +34,11 @@ class Fence:
         """`atomic.write_text`, while held."""
         with self.held():
             atomic.write_text(path, text, durable=durable)
+
+    def append(self, path: str | os.PathLike[str], line: str, durable: bool = True) -> None:
+        """`versions.append` (a new version of a file of versions), while held."""
+        with self.held():
+            versions.append(path, line, durable=durable)
 
     def write_many(self, items: Iterable[tuple[str | os.PathLike[str], str | bytes]]) -> None:
         """`atomic.write_many`, while held."""

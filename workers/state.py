@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from workers import atomic
+from workers import versions
 from workers.fence import UNFENCED, Fence
 from workers.usage import RunUsage
 
@@ -97,14 +97,15 @@ class RunState(BaseModel):
     output: str | None = None
 
     def save(self, path: str | Path, durable: bool = True, fence: Fence = UNFENCED) -> None:
-        """Persist atomically (temp file, fsync unless not `durable`, rename), through
-        `fence` (a superseded copy of a task gets `Superseded` and writes nothing)."""
-        fence.write(path, self.model_dump_json(indent=1), durable=durable)
+        """Persist as the file's newest version (workers/versions.py: one line appended,
+        fsynced unless not `durable`), through `fence` (a superseded copy of a task gets
+        `Superseded` and writes nothing)."""
+        fence.append(path, self.model_dump_json(), durable=durable)
 
     @classmethod
     def load(cls, path: str | Path) -> RunState:
-        """Read a state saved by `save`."""
-        return cls.model_validate_json(atomic.read_bytes(path))
+        """Read a state saved by `save` (its newest version)."""
+        return versions.read(path, cls.model_validate_json)
 
 
 def new_run(system: str, task: str, model: str = "scripted") -> RunState:

@@ -13,7 +13,7 @@ from typing import Any
 
 from orchestrator.run.records import REPORT_SEPARATOR, TicketRecord
 from orchestrator.run.store import RunStore
-from workers import atomic
+from workers import atomic, versions
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ def final_text(store: RunStore, ticket_id: str, record: TicketRecord) -> str | N
 
 def _agent_output(path: Path) -> str | None:
     try:
-        state = json.loads(atomic.read_bytes(path))
+        state = versions.read_json(path)
     except (OSError, ValueError):
         return None
     output = state.get("output") if isinstance(state, dict) else None
@@ -102,7 +102,7 @@ def tool_results(store: RunStore, ticket_id: str, record: TicketRecord) -> list[
     steps = ["draft", *(f"review-{k}" for k in range(1, record.gate_rounds + 1))]
     for step in steps:
         try:
-            state = json.loads(atomic.read_bytes(store.agent_path(ticket_id, step)))
+            state = versions.read_json(store.agent_path(ticket_id, step))
         except (OSError, ValueError):
             continue
         messages = state.get("messages", []) if isinstance(state, dict) else []

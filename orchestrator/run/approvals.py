@@ -40,7 +40,7 @@ from orchestrator.run import signing
 from orchestrator.run.records import RunConfig, TicketStatus
 from orchestrator.run.store import RunStore
 from orchestrator.run.workspace import Workspace
-from workers import effects
+from workers import effects, versions
 from workers.trace import now_iso
 
 REQUESTS, DECISIONS, VOID = "approvals", "decisions", "void"
@@ -379,7 +379,7 @@ def current_args(store: RunStore, ticket: str, call_id: str) -> dict[str, Any] |
     the ticket stopped for it): what a decision is checked against."""
     for path in sorted((store.dir / "agents").glob(f"{ticket}.*.json")):
         try:
-            stopped = json.loads(path.read_bytes()).get("interruption") or {}
+            stopped = versions.read_json(path).get("interruption") or {}
         except (OSError, ValueError, AttributeError):
             continue  # not an agent's state: no call of it to check against
         if stopped.get("type") == "approval" and stopped.get("call_id") == call_id:

@@ -41,7 +41,7 @@ from orchestrator.run.records import (
     TicketStatus,
 )
 from orchestrator.run.workspace import Workspace
-from workers import atomic
+from workers import atomic, versions
 from workers.fence import UNFENCED, Fence
 from workers.trace import Tracer, now_iso
 
@@ -265,11 +265,9 @@ class RunStore:
             return TicketRecord.model_validate_json(kept)
         path = self.record_path(ticket_id)
         try:
-            if self._records is None:
-                return _load(TicketRecord, path)
-            data = _read(path)
-            record = _parse(TicketRecord, data, path)
-            self._records[ticket_id] = data.decode("utf-8")
+            version, record = _newest_record(_read(path), path)
+            if self._records is not None:
+                self._records[ticket_id] = version.decode("utf-8")
             return record
         except RunStateError:
             if path.exists():
@@ -287,9 +285,10 @@ class RunStore:
             self._records[ticket_id] = record.model_dump_json()
 
     def save_ticket(self, ticket_id: str, record: TicketRecord) -> None:
-        """Write one ticket's record (its holder is the only writer)."""
+        """Write one ticket's record as its file's newest version (workers/versions.py; its
+        holder is the only writer)."""
         text = record.model_dump_json()
-        self.write(self.record_path(ticket_id), text)
+        self.fence.append(self.record_path(ticket_id), text)
         if self._records is not None:
             self._records[ticket_id] = text
 
@@ -496,6 +495,16 @@ def _read(path: Path) -> bytes:
 def _parse(model: type[M], data: bytes, path: Path) -> M:
     """A record file's bytes parsed as `model`; `RunStateError` if corrupt."""
     return _parse_with(model.model_validate_json, data, path)
+
+
+def _newest_record(data: bytes, path: Path) -> tuple[bytes, TicketRecord]:
+    """A record file's newest version (workers/versions.py), its bytes and parsed;
+    `RunStateError` if no version in it parses."""
+
+    def parsed(version: bytes) -> tuple[bytes, TicketRecord]:
+        return version, TicketRecord.model_validate_json(version)
+
+    return _parse_with(lambda whole: versions.newest(whole, parsed), data, path)
 
 
 def _parse_with(validate: Callable[[bytes], T], data: bytes, path: Path) -> T:

@@ -25,7 +25,7 @@ from orchestrator.errors import RunStateError
 from orchestrator.run import waitlist
 from orchestrator.run.records import RunMeta, RunStatus, RunTotals, spent
 from orchestrator.run.store import ROUTE_NODE, RunStore
-from workers import atomic
+from workers import versions
 from workers.usage import RunUsage
 
 log = logging.getLogger(__name__)
@@ -63,7 +63,7 @@ def paid(store: RunStore) -> Paid:
 def _agents(store: RunStore) -> Iterator[_Paid]:
     for path in sorted((store.dir / "agents").glob("*.json")):
         try:
-            yield _Paid.model_validate_json(atomic.read_bytes(path))
+            yield versions.read(path, _Paid.model_validate_json)
         except (OSError, ValidationError):  # a torn or foreign file
             log.warning("cannot read %s; what it paid is not counted", path)
 

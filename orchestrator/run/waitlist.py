@@ -23,6 +23,7 @@ from typing import NamedTuple
 from orchestrator.errors import GraphError
 from orchestrator.run.records import REPORT_SEPARATOR, TicketRecord, TicketStatus
 from orchestrator.run.store import RunStore
+from workers import versions
 
 FILE = "waitlist.json"
 VERSION = 1
@@ -169,7 +170,7 @@ def records(store: RunStore) -> Iterator[tuple[str, TicketRecord]]:
     for name in names:
         try:
             with open(f"{folder}/{name}", "rb") as handle:
-                record = TicketRecord.model_validate_json(handle.read())
+                record = versions.newest(handle.read(), TicketRecord.model_validate_json)
         except (OSError, ValueError):
             continue  # gone since, or torn: `status` names it
         yield name.removesuffix(".json"), record

@@ -28,7 +28,7 @@ from orchestrator.config import declarations
 from orchestrator.config.tables import CHECKS
 from orchestrator.config.workspace import Workspace
 from orchestrator.run.records import REPORT_SEPARATOR, RunConfig
-from workers import atomic
+from workers import versions
 
 PROMPT_LABELS = ("ticket id:", "customer's text:")
 ECHO_SHARE = 0.5
@@ -114,7 +114,7 @@ def seen_by(ticket_text: str, states: Iterable[Path]) -> list[str]:
     facts = [ticket_text]
     for path in states:
         try:
-            messages = json.loads(atomic.read_bytes(path)).get("messages", [])
+            messages = versions.read_json(path).get("messages", [])
         except (OSError, ValueError):
             continue
         facts += [m.get("content") or "" for m in messages if m.get("role") == "tool"]

@@ -27,6 +27,7 @@ from orchestrator.run.records import Routed, TicketStatus, spent, ticket_spend
 from orchestrator.run.store import META_FILE, ROUTE_NODE, STATE_FILE, RunStore
 from orchestrator.submission.status import seconds_between, verdict_of
 from orchestrator.web import live
+from workers import versions
 
 HUMAN = TicketStatus.NEEDS_HUMAN.value
 WAITING = TicketStatus.AWAITING_APPROVAL.value
@@ -274,7 +275,7 @@ class Catalog:
                     seen[name] = known
                     continue
                 ticket_id = name[: -len(".json")]
-                record = from_json(_read(entry.path, stat.st_size))
+                record = versions.newest(_read(entry.path, stat.st_size), from_json)
                 if record.get("status") == CLAIMED and ticket_id in folder.routes:
                     record |= folder.routes[ticket_id].shown()  # as RunStore shows it
                 seen[name] = (key, _ticket_row(ticket_id, record))

@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 from pydantic_core import from_json
 
 from orchestrator.run.records import TicketStatus
+from workers import versions
 
 # A ticket in one of these has its verdict: no step works on it any more.
 FINAL = frozenset({TicketStatus.PASS.value, TicketStatus.NEEDS_HUMAN.value})
@@ -86,7 +87,7 @@ def _paid(
 
 
 def _read(path: str, saved_ns: int) -> Paid:
-    state = from_json(Path(path).read_bytes())
+    state = versions.read(path, from_json)
     usage = state.get("usage") or {}
     tokens = int(usage.get("prompt_tokens", 0)) + int(usage.get("completion_tokens", 0))
     return Paid(int(usage.get("requests", 0)), tokens, float(state.get("cost_usd", 0.0)), saved_ns)

@@ -28,6 +28,7 @@ from tests.conftest import (
     variant,
     write_scenarios,
 )
+from workers import versions
 from workers.provider import running_provider
 from workers.settings import HarnessSettings
 
@@ -183,7 +184,7 @@ def test_request_settings_per_role_and_their_environment_overrides(
     assert params["T-1001#1: max_tokens=128 temperature=0.2"] == 2
     assert ticket_rows(state(other)) == REFERENCE_TICKETS
     agents = other / "runs" / state(other)["run_id"] / "agents"
-    models = {json.loads(p.read_text())["model"] for p in agents.glob("*.json")}
+    models = {versions.read_json(p)["model"] for p in agents.glob("*.json")}
     assert models == {"small-1"}
 
 
@@ -225,7 +226,7 @@ def test_turn_caps_budgets_models_and_prompts_per_role(demo: Path, cli: Cli) -> 
     agents = demo / "runs" / record["run_id"] / "agents"
 
     def agent(name: str) -> dict:
-        return json.loads((agents / f"{name}.json").read_text())
+        return versions.read_json(agents / f"{name}.json")
 
     router = agent("_router.route")
     assert router["messages"][0]["content"].startswith(  # each worker's description too

@@ -21,6 +21,7 @@ import pytest
 from orchestrator.config.workspace import init_demo
 from tests.conftest import Cli, demo_scripts, events, state, write_scenarios
 from tests.orchestrator.web.conftest import run_id_of, web_server
+from workers import versions
 
 WARM_PROMPT = """\
 You are a billing specialist who answers warmly, handling one ticket at a time.
@@ -166,8 +167,8 @@ def test_each_angle_ran_its_own_agent_loop_and_every_angle_is_paid_for(
     record = state(root)
     agents = root / "runs" / record["run_id"] / "agents"
     for ticket in ORDERS:
-        plain = json.loads((agents / f"{ticket}.draft-plain.json").read_text())
-        warm = json.loads((agents / f"{ticket}.draft-warm.json").read_text())
+        plain = versions.read_json(agents / f"{ticket}.draft-plain.json")
+        warm = versions.read_json(agents / f"{ticket}.draft-warm.json")
         assert plain["status"] == warm["status"] == "completed"
         assert plain["run_id"] != warm["run_id"]  # two agent runs, each with its own trace
         assert (

@@ -205,10 +205,10 @@ class _Recording(Fence):
     def __init__(self) -> None:
         self.saves: list[tuple[str, int, bool]] = []
 
-    def write(self, path: str | os.PathLike[str], text: object, durable: bool = True) -> None:
-        saved = json.loads(text)  # type: ignore[arg-type]
+    def append(self, path: str | os.PathLike[str], line: str, durable: bool = True) -> None:
+        saved = json.loads(line)
         self.saves.append((saved["status"], saved["turns"], durable))
-        super().write(path, text, durable)  # type: ignore[arg-type]
+        super().append(path, line, durable)
 
 
 def test_the_turn_that_ends_a_run_and_its_exit_are_one_durable_save(
@@ -216,7 +216,7 @@ def test_the_turn_that_ends_a_run_and_its_exit_are_one_durable_save(
 ) -> None:
     """`plan` (three turns, two read-only tools): every paid turn is saved durably, and the
     last one carries the completed exit with it; no second file is written for the exit
-    (one file replaced less per agent run). A resume of that file pays nothing more."""
+    (one version appended less per agent run). A resume of that file pays nothing more."""
     with _plan_harness(harness_url, tmp_path) as h:
         h.fence = recording = _Recording()
         done = loop.run(new_run("system", "task", model="plan"), h)

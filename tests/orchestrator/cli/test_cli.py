@@ -13,6 +13,7 @@ import pytest
 from orchestrator.broker.redis_server import free_port
 from orchestrator.exit_codes import ExitCode
 from tests.conftest import Cli, demo_scripts, drop, settled, state, variant, write_scenarios
+from workers import versions
 
 COMMANDS = [
     "init",
@@ -377,7 +378,7 @@ def test_the_environment_wins_over_a_roles_own_table(cli: Cli, demo: Path) -> No
         for ticket in (demo / "inbox").iterdir():
             settled(ticket)
         agent = demo / "runs" / run_id / "agents" / "_router.route.json"
-        return str(json.loads(agent.read_text())["model"])
+        return str(versions.read_json(agent)["model"])
 
     assert router_model() == "router-x"
     assert router_model({"LLM_MODEL": "small-1"}) == "small-1"

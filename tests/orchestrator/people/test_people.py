@@ -16,6 +16,7 @@ from orchestrator.config.workspace import CONFIG_FILE
 from orchestrator.run import waitlist
 from orchestrator.run.store import RunStore
 from tests.conftest import Cli, settled, state
+from workers import versions
 
 FILLER = "please wait a moment"
 LABEL_KEYS = {
@@ -149,7 +150,7 @@ def test_handle_with_a_reply_file_publishes_it_keeps_the_runs_draft_and_drains_t
     run_dir = demo / "runs" / run_id
     kept = {p: p.read_bytes() for p in (run_dir / "drafts").iterdir()}
     kept |= {p: p.read_bytes() for p in (run_dir / "agents").glob("T-1004.*")}
-    draft = json.loads((run_dir / "agents" / "T-1004.review-1.json").read_text())["output"]
+    draft = versions.read_json(run_dir / "agents" / "T-1004.review-1.json")["output"]
     reply = tmp_path / "reply.txt"
     reply.write_text("Ticket T-1004: finance reissues the invoice to your company this week.\n")
     done = cli(

@@ -3,7 +3,6 @@ with its own model, prompt and budget, and a verdict read strictly."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ from tests.conftest import (
     ticket_rows,
     write_scenarios,
 )
+from workers import versions
 
 # The demo's [evaluator] table, turned on, with a model of its own.
 ON = 'enabled = true\nmodel = "judge"'
@@ -50,7 +50,7 @@ def test_an_evaluator_that_passes_everything_changes_no_verdict_and_is_paid_in_r
     evaluated = [e for e in events(demo) if e["event"] == "evaluated"]
     assert len(evaluated) == 5 and {e["verdict"] for e in evaluated} == {"PASS"}
     agents = demo / "runs" / record["run_id"] / "agents"
-    models = {json.loads(p.read_text())["model"] for p in agents.glob("*.evaluate-*.json")}
+    models = {versions.read_json(p)["model"] for p in agents.glob("*.evaluate-*.json")}
     assert models == {"judge"}
 
 

@@ -13,6 +13,7 @@ from orchestrator.config.workspace import Workspace
 from orchestrator.steps import routing
 from orchestrator.web.catalog import Catalog
 from tests.conftest import Cli, demo_scripts, events, state, write_scenarios
+from workers import versions
 
 ALLOWED = ["billing", "bug", "other"]
 
@@ -194,7 +195,7 @@ def test_route_writes_one_file_for_the_tickets_it_passes_on_not_their_records(
     assert stopped.returncode == 2, stopped.stderr
     run_id = state(demo)["run_id"]
     run_dir = demo / "runs" / run_id
-    on_disk = {p.stem: json.loads(p.read_text()) for p in (run_dir / "records").glob("*.json")}
+    on_disk = {p.stem: versions.read_json(p) for p in (run_dir / "records").glob("*.json")}
     routes = json.loads((run_dir / "routes.json").read_text())
     categories = {"T-1001": "billing", "T-1002": "bug", "T-1003": "other"}
     categories |= {"T-1004": "billing", "T-1005": "bug", "T-1006": "other"}
@@ -223,7 +224,7 @@ def test_route_writes_one_file_for_the_tickets_it_passes_on_not_their_records(
 
     resumed = cli("resume", run_id, cwd=demo)
     assert resumed.returncode == 1, resumed.stderr
-    final = {p.stem: json.loads(p.read_text()) for p in (run_dir / "records").glob("*.json")}
+    final = {p.stem: versions.read_json(p) for p in (run_dir / "records").glob("*.json")}
     assert {i: final[i]["category"] for i in categories} == categories
     decided = {i: (r["routing"], r["routed_as"]) for i, r in routes.items()}
     assert {i: (final[i]["routing"], final[i]["routed_as"]) for i in categories} == decided

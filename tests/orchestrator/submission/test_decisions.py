@@ -29,6 +29,7 @@ from tests.orchestrator.run.test_approvals import (
     _trace,
     _with_refund,
 )
+from workers import versions
 from workers.provider import running_provider
 
 
@@ -147,7 +148,7 @@ def test_each_tampered_decision_leaves_its_call_in_pending_and_deciding_again_wo
     assert [e["call_id"] for e in _set_aside(run_dir)] == ["call_r1"]
     assert (run_dir / "decisions" / "void" / "T-1001.call_r1.1.json").exists()
     agent = run_dir / "agents" / "T-1001.draft.json"
-    saved = json.loads(agent.read_text())
+    saved = versions.read_json(agent)
     calls = [c for m in saved["messages"] for c in m.get("tool_calls") or []]
     refund = next(c for c in calls if c["id"] == "call_r1")
     refund["function"]["arguments"] = refund["function"]["arguments"].replace("39900", "99000")
@@ -244,7 +245,7 @@ def test_a_reused_tool_call_id_is_answered_traced_and_its_write_waits_for_approv
         "T-1004.review-1.json",
     ]
     for path in agents:
-        agent = json.loads(path.read_text())
+        agent = versions.read_json(path)
         asked = [c["id"] for m in agent["messages"] for c in m.get("tool_calls") or []]
         answered = [m["tool_call_id"] for m in agent["messages"] if m["role"] == "tool"]
         assert len(asked) == len(set(asked)) and sorted(answered) == sorted(asked)

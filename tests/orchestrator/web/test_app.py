@@ -30,6 +30,7 @@ from tests.orchestrator.web.conftest import (
     run_id_of,
     web_server,
 )
+from workers import versions
 
 STATIC = Path(__file__).resolve().parents[3] / "orchestrator" / "web" / "static"
 AUTH = (USER, PASSWORD)
@@ -108,7 +109,7 @@ def test_customer_text_is_escaped(tmp_path: Path, finished: Path) -> None:
     attack = '<script>alert(1)</script><img src=x onerror="alert(2)">'
     (run_dir / "tickets" / "T-1001.txt").write_text(f"My order {attack}")
     (workspace / "out" / "T-1001.txt").write_text(f"Reply {attack}")
-    record = json.loads((run_dir / "records" / "T-1001.json").read_text())
+    record = versions.read_json(run_dir / "records" / "T-1001.json")
     record.update(subject=attack, category=attack)
     (run_dir / "records" / "T-1001.json").write_text(json.dumps(record))
     materialised = json.loads((run_dir / "run-state.json").read_text())  # the ended run's list
@@ -230,7 +231,7 @@ def test_a_live_runs_records_are_read_whole_even_when_one_grew_since_it_was_list
     run_id = "run-20261201-000000-live"
     big_run(source, workspace / "runs", run_id, 12, live=True)
     record = workspace / "runs" / run_id / "records" / "T-00003.json"
-    grown = json.loads(record.read_text()) | {"category": "billing", "note": "x" * 70_000}
+    grown = versions.read_json(record) | {"category": "billing", "note": "x" * 70_000}
     text = json.dumps(grown)
     assert catalog._read(str(record), 10) == record.read_bytes()  # listed at 10 bytes
     assert catalog._read(str(record), 1 << 20) == record.read_bytes()  # listed at 1 MiB

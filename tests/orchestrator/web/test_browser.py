@@ -23,6 +23,7 @@ from orchestrator.config.workspace import init_demo
 from tests.conftest import clean_env, demo_scripts, settled, write_scenarios
 from tests.orchestrator.run.test_approvals import _with_refund
 from tests.orchestrator.web.conftest import PASSWORD, USER, command, run_cli, run_id_of, web_server
+from workers import versions
 
 pytestmark = pytest.mark.slow
 XSS = '<script>window.__xss = 1</script><img src=x onerror="window.__xss = 2">'
@@ -184,7 +185,7 @@ def test_a_waiting_refund_is_approved_through_the_form_and_resume_runs_it_once(
     assert [json.loads(p.read_text())["by"] for p in decisions] == [f"{USER} (web)"]
     resumed = run_cli("resume", run_id, "--quiet", cwd=workspace)
     assert resumed.returncode == 1, resumed.stderr  # T-1004 still needs a human
-    record = json.loads((workspace / "runs" / run_id / "records" / "T-1001.json").read_text())
+    record = versions.read_json(workspace / "runs" / run_id / "records" / "T-1001.json")
     assert record["status"] == "pass"
     refunds = (workspace / "runs" / run_id / "actions.jsonl").read_text().splitlines()
     assert len(refunds) == 1

@@ -20,6 +20,7 @@ from orchestrator.config.workspace import CONFIG_FILE, init_demo
 from tests.conftest import demo_scripts, settled, variant, write_scenarios
 from tests.orchestrator.web.conftest import USER, run_cli, run_id_of, web_server
 from tests.orchestrator.web.test_browser import live_page, shots, signed_in
+from workers import versions
 
 pytestmark = pytest.mark.slow
 BY = f"{USER} (web)"
@@ -139,7 +140,7 @@ def test_an_operator_handles_audits_approves_and_resumes_from_the_queue(
         assert page.inner_text("#out-now").strip() == EDITED  # what went out, beside its own
         assert "please wait a moment" in page.inner_text("#reply")
         page.screenshot(path=str(folder / "web-handled.png"), full_page=True)
-    record = json.loads((run_dir / "records" / "T-1007.json").read_text())
+    record = versions.read_json(run_dir / "records" / "T-1007.json")
     assert record["status"] == "pass"
     refunds = [json.loads(line) for line in (run_dir / "actions.jsonl").read_text().splitlines()]
     assert [(r["ticket"], r["order_id"]) for r in refunds] == [("T-1007", "A-77533")]
@@ -178,7 +179,7 @@ def test_requeue_asks_first_and_an_earlier_runs_ticket_page_keeps_its_own_reply(
     workspace = _demo(tmp_path / "requeue", "T-1007.txt")
     first = _ran(workspace)
     first_dir = workspace / "runs" / first
-    own = json.loads((first_dir / "agents" / "T-1004.review-1.json").read_text())["output"]
+    own = versions.read_json(first_dir / "agents" / "T-1004.review-1.json")["output"]
     with web_server(workspace) as url:
         page = signed_in(browser).new_page()
         # The refund ticket: requeue asks first, naming the refund; declined, nothing runs.

@@ -20,6 +20,7 @@ from orchestrator.run.records import ticket_spend
 from orchestrator.web.catalog import Catalog
 from tests.conftest import clean_env, demo_scripts, write_scenarios
 from tests.orchestrator.web.conftest import PASSWORD, USER, command, run_id_of, web_server
+from workers import versions
 from workers.state import RunState
 from workers.usage import RunUsage
 
@@ -43,7 +44,7 @@ def in_second_turn(state: Path, running: subprocess.Popen[str]) -> dict:
         assert running.poll() is None, running.communicate()
         assert time.monotonic() < deadline, "T-1001's draft did not pay its first turn"
         try:
-            saved = json.loads(state.read_text())
+            saved = versions.read_json(state)
         except (OSError, ValueError):
             saved = {}
         if saved.get("usage", {}).get("requests") == 1:
@@ -102,8 +103,8 @@ def test_a_ticket_being_drafted_shows_its_paid_turn_and_the_rows_add_up(tmp_path
             run_dir = state.parent.parent
             first_turn = in_second_turn(state, running)
             page = httpx.get(f"{url}/runs/{run_dir.name}?per=100", auth=(USER, PASSWORD)).text
-            still = json.loads(state.read_text())
-            record = json.loads((run_dir / "records" / "T-1001.json").read_text())
+            still = versions.read_json(state)
+            record = versions.read_json(run_dir / "records" / "T-1001.json")
             assert running.wait(timeout=120) == 1, running.communicate()
         finally:
             if running.poll() is None:
@@ -156,7 +157,7 @@ def test_a_rewrite_in_flight_counts_and_final_or_ended_tickets_keep_their_record
     (workspace / "runs").mkdir(parents=True)
     source = finished / "runs" / run_id_of(finished)
     run_dir = big_run(source, workspace / "runs", "run-20261201-000000-live", 6, live=True)
-    drafted = json.loads((run_dir / "records" / "T-00001.json").read_text())
+    drafted = versions.read_json(run_dir / "records" / "T-00001.json")
     drafted |= {
         "status": "drafted",
         "review": {},
@@ -166,7 +167,7 @@ def test_a_rewrite_in_flight_counts_and_final_or_ended_tickets_keep_their_record
     agents = run_dir / "agents"
     agent_state(agents / "T-00001.draft.json", 2, 900, 0.002)  # counted in the record
     agent_state(agents / "T-00001.review-1.json", 1, 500, 0.001)  # its rewrite, paying
-    final = json.loads((run_dir / "records" / "T-00002.json").read_text())
+    final = versions.read_json(run_dir / "records" / "T-00002.json")
     assert final["status"] in ("pass", "needs_human")
     agent_state(agents / "T-00002.review-9.json", 50, 50_000, 5.0)  # not the record's
 
