@@ -241,7 +241,8 @@ class Catalog:
                 if key == folder.ended_key and folder.ended is not None:
                     return folder.ended
                 # Materialised after it ended, and no record written since (every write is a
-                # rename, which moves the folder's time): else the records are the truth.
+                # rename or an append, and both move the folder's time): else the records are
+                # the truth.
                 ended_at = (folder.meta_key or (0,))[0]
                 records_at = (run_dir / "records").stat().st_mtime_ns
                 if key[0] >= ended_at and key[0] >= records_at:
@@ -336,7 +337,8 @@ def _read(path: str, size: int) -> bytes:
 
 
 def _key(path: Path) -> tuple[int, int, int]:
-    """A file's version: every write of a run file is a rename of a new file (a new inode)."""
+    """A file's version: every write of a run file is a rename of a new file (a new inode)
+    or an append (a new size and time)."""
     stat = path.stat()
     return (stat.st_mtime_ns, stat.st_size, stat.st_ino)
 

@@ -4,7 +4,8 @@ that changed: a queue of 10,000 items is read once, not at every request.
 
 A run's items are read again when run.json, or any folder a person's or a worker's act
 writes into (records/, handled/, audits/, approvals/, decisions/, void/), changed: every
-file of a run is written by a rename, which changes its folder. They are read again at
+file of a run is written by a rename or appended to as a file of versions
+(workers/versions.py), and either changes its folder's time. They are read again at
 least every `MAX_AGE_S` too, as a call's state moves from waiting to expired by the clock
 alone. Ages are counted at each request from when each item began to wait.
 """

@@ -403,7 +403,11 @@ def test_review_finds_a_tickets_tool_results_by_name_without_listing_agents(
     assert listed == []
     assert facts[0] == ctx.ticket_text("T-1001")
     assert any('"order_id": "A-77301"' in f or "A-77301" in f for f in facts[1:]), facts
-    t1002 = [m["content"] for m in json.loads(other)["messages"] if m.get("role") == "tool"]
+    t1002 = [
+        m["content"]
+        for m in versions.newest(other, json.loads)["messages"]
+        if m.get("role") == "tool"
+    ]
     assert t1002 and not set(t1002) & set(facts)  # another ticket's results are not its facts
     names = [p.name for p in loop.worker_states()]
     assert names == ["T-1001.draft.json", *(f"T-1001.review-{k}.json" for k in (1, 2, 3))]

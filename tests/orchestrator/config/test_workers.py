@@ -8,7 +8,6 @@ claimed), a worker whose tools differ from the run's (no draft made with them), 
 from __future__ import annotations
 
 import contextlib
-import json
 import re
 import textwrap
 from collections.abc import Iterator
@@ -33,6 +32,7 @@ from tests.conftest import (
     worker_processes,
     write_scenarios,
 )
+from workers import versions
 from workers.provider import running_provider
 from workers.settings import masked
 
@@ -154,9 +154,7 @@ def _assert_shipping_run(demo: Path, stats: dict[str, Any]) -> None:
     assert rows["T-3001"] == ("shipping", "worker:shipping", 1, "gate_pass", "pass")
     assert record["tickets"]["T-3001"]["gate_reports"] == ["no_discounts:promises a discount"]
     assert stats["tools"]["T-3001#1"] == {"track_parcel": SCHEMA}  # the declared schema
-    agent = json.loads(
-        (demo / "runs" / record["run_id"] / "agents" / "T-3001.draft.json").read_text()
-    )
+    agent = versions.read_json(demo / "runs" / record["run_id"] / "agents" / "T-3001.draft.json")
     results = [m["content"] for m in agent["messages"] if m["role"] == "tool"]
     assert results == ["in transit: at the Leipzig depot since this morning"]
     assert (demo / "out" / "T-3001.txt").read_text().strip() == SECOND

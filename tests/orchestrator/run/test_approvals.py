@@ -30,6 +30,7 @@ from tests.conftest import (
     worker_processes,
     write_scenarios,
 )
+from workers import versions
 from workers.provider import running_provider
 
 ORDER = "A-77301"
@@ -98,8 +99,9 @@ def _refund_lines(workspace: Path) -> list[dict[str, Any]]:
 
 
 def _record(workspace: Path, ticket: str) -> dict[str, Any]:
-    path = workspace / "runs" / _run_id(workspace) / "records" / f"{ticket}.json"
-    return json.loads(path.read_text())  # type: ignore[no-any-return]
+    return versions.read_json(
+        workspace / "runs" / _run_id(workspace) / "records" / f"{ticket}.json"
+    )
 
 
 def _trace(workspace: Path) -> list[dict[str, Any]]:
@@ -250,7 +252,7 @@ def test_an_injected_refund_waits_and_bad_decisions_are_refused(demo: Path, cli:
     # call waits again with the arguments it has now, for a person to see first.
     agent = run_dir / "agents" / "T-1004.draft.json"
     saved = agent.read_text()
-    changed = json.loads(saved)
+    changed = versions.newest(saved.encode(), json.loads)
     changed["interruption"]["args"]["amount_cents"] = 1
     agent.write_text(json.dumps(changed))
     tampered = cli("approve", run_id, "T-1004", cwd=demo)

@@ -28,7 +28,7 @@ from tests.conftest import (
     variant,
     write_scenarios,
 )
-from workers import tokens
+from workers import tokens, versions
 from workers.provider import running_provider
 
 DEMO_INBOX = Path(__file__).resolve().parents[3] / "orchestrator" / "demo" / "inbox"
@@ -81,7 +81,7 @@ def router_calls(run_dir: Path) -> dict[str, list[str]]:
     """Agent state name -> the tickets its routing request asked about, from agents/."""
     asked = {}
     for path in sorted((run_dir / "agents").glob("_router.*.json")):
-        task = next(m for m in json.loads(path.read_text())["messages"] if m["role"] == "user")
+        task = next(m for m in versions.read_json(path)["messages"] if m["role"] == "user")
         asked[path.stem.removeprefix("_router.")] = [
             line.split(":", 1)[0] for line in task["content"].splitlines()
         ]
