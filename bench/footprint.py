@@ -291,7 +291,7 @@ TICKET_FIGURES = [
     ("syncs_workspace", "fsync-family calls a ticket, on the workspace", "", 2),
     ("syncs_all", "fsync-family calls a ticket, anywhere", "", 2),
     ("close_flushes_workspace", "closes after unsynced writes a ticket (NFS: COMMIT)", "", 2),
-    ("creates_workspace", "files created a ticket (O_CREAT|O_EXCL), workspace", "", 2),
+    ("creates_workspace", "files created a ticket, on the workspace", "", 2),
     ("renames_workspace", "renames a ticket, on the workspace", "", 2),
     ("opens_workspace", "file opens a ticket, on the workspace", "", 2),
     ("calls_workspace", "file-system calls a ticket that wait on NFS (traced)", "", 2),

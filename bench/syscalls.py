@@ -83,8 +83,8 @@ class Calls:
     all: Counter[str] = field(default_factory=Counter)
     workspace: Counter[str] = field(default_factory=Counter)
     failed: Counter[str] = field(default_factory=Counter)  # on the workspace, result -1
-    # Exclusive creates that succeeded (O_CREAT|O_EXCL): a new file for certain. An open with
-    # O_CREAT alone (an append to run.jsonl, a fence) may or may not create one.
+    # Creates that succeeded: exclusive ones (O_CREAT|O_EXCL), and opens with O_CREAT alone
+    # (a fence, a file of versions, run.jsonl) of a path the trace never saw opened before.
     creates: int = 0
     maybe_creates: int = 0
     bytes_written: int = 0  # by the write calls on the workspace that succeeded
@@ -200,6 +200,7 @@ class _Tally:
     folders: set[str]
     calls: Calls = field(default_factory=Calls)
     dirty: set[tuple[str, str]] = field(default_factory=set)  # (thread, path)
+    opened: set[str] = field(default_factory=set)  # every path opened so far
 
     def root_of(self, path: str) -> str | None:
         """The folder of `folders` that holds `path`, or None."""
@@ -221,11 +222,15 @@ class _Tally:
         calls.failed[call.name] += failed
         flushed = not failed and self._follow(call, path, result)
         flags = FLAGS.search(call.arguments)
+        first = call.name in OPENS and path not in self.opened
+        if call.name in OPENS:
+            self.opened.add(path)
         if call.name in OPENS and flags and "O_CREAT" in flags[0]:
             if "O_EXCL" in flags[0]:
                 calls.creates += not failed
-            else:
-                calls.maybe_creates += 1
+            else:  # made here if its path was never opened before (the run folder is new):
+                calls.maybe_creates += 1  # a fence, a file of versions' first save
+                calls.creates += first and not failed
         shown = f"{call.name} {flags[0] if flags else ''} {pattern(path, root)}"
         outcome = " (failed)" if failed else " (flushes)" if flushed else ""
         calls.patterns[shown.replace("  ", " ") + outcome] += 1

@@ -9,7 +9,8 @@ the reader, from names alone), with what the queue shows of it and when its reco
 written. It is written when a run ends (ending.end) and when an ended run is counted again
 (totals.recount), and it is only believed while it is true: it keeps the version of
 records/ it was read from, and every save of a record (an append to its file of versions,
-workers/versions.py, or a rename into records/) changes the folder's version. A file that does not match is ignored (the records are read).
+workers/versions.py, or a rename into records/) changes the folder's version. A file that
+does not match is ignored (the records are read).
 """
 
 from __future__ import annotations
