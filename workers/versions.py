@@ -69,15 +69,30 @@ def append(path: str | os.PathLike[str], line: str | bytes, durable: bool = True
 
 
 def newest(data: bytes, parse: Callable[[bytes], T]) -> T:
-    """The newest version in a file's bytes that `parse` accepts (it raises ValueError, as
-    json.loads and pydantic do, for one it does not); the last error if none parses."""
+    """The newest version in a file's bytes, parsed by `parse` (which raises ValueError, as
+    json.loads and pydantic do, for what it cannot take).
+
+    Only a torn line is passed over for an older version: one that is not JSON at all. A
+    whole line that `parse` refuses (damaged, or edited by hand) is the file's newest
+    version all the same, and its error is raised: falling back to the version before it
+    would quietly undo a save (an agent's paid turn, a verdict)."""
     error: ValueError | None = None
     for version in _newest_first(data):
         try:
             return parse(version)
         except ValueError as exc:
+            if _whole_json(version):
+                raise
             error = exc
     raise error or ValueError("empty file: no version in it")
+
+
+def _whole_json(version: bytes) -> bool:
+    try:
+        json.loads(version)
+    except ValueError:
+        return False
+    return True
 
 
 def read(path: str | os.PathLike[str], parse: Callable[[bytes], T]) -> T:

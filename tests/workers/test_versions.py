@@ -81,6 +81,20 @@ def test_a_file_with_no_whole_version_raises_the_parsers_error(tmp_path: Path) -
         versions.append(path, '{\n"n": 2}')
 
 
+def test_a_whole_newest_version_that_does_not_validate_is_an_error_not_the_one_before(
+    tmp_path: Path,
+) -> None:
+    """Only torn lines are passed over: a state whose newest save was damaged (or edited)
+    must not load as the save before it, which would pay its last turn again."""
+    path = tmp_path / "s.json"
+    state = new_run("system", "task")
+    state.turns = 1
+    state.save(path)
+    versions.append(path, json.dumps({"turns": "not a number"}))
+    with pytest.raises(ValueError, match="turns"):
+        RunState.load(path)
+
+
 def test_a_file_that_outgrows_its_newest_version_is_rewritten_with_it_alone(
     tmp_path: Path,
 ) -> None:
