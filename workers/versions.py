@@ -5,14 +5,18 @@ state.
 Replacing the file at each save (a temp file, renamed over the old one) makes a new file
 and deletes one every time: on ext4 without a journal every new inode is found by scanning
 past those deleted in the last minute, and that scan was a quarter of a 1,000-ticket run's
-CPU (#51); on NFS a create and a rename are two synchronous round trips. An append is
-neither: the file is made once, and a save is one write and one fsync.
+CPU (18% of its samples, #51); on NFS a create and a rename are two synchronous round
+trips. An append is neither: the file is made once (its first version written whole, so a
+writer killed then leaves no file rather than an empty one), and every later save is one
+write and one fsync.
 
 A reader sees the old state or the new one, never half of either: a version counts once its
 line is whole (it ends with a newline, and parses), and a writer killed mid-line leaves a
 torn line that every reader skips (each version starts on a line of its own, so the next
-one is not glued to it). A file written whole (pretty-printed JSON, as every state was
-before versions, or by `atomic.write_text`) is read as its one version. The file is
+one is not glued to it; a torn line is never JSON, and a whole line that is JSON but
+does not validate is an error, not a reason to load the version before it). A file written
+whole (pretty-printed JSON, as every state was before versions, or by `atomic.write_text`)
+is read as its one version until a line is appended, and after a torn one. The file is
 rewritten with its newest version alone once the older ones outweigh it (`COMPACT_AT`).
 A save moves its folder's modification time, as a rename does: the web view and the
 people's queue watch folders, not files, to know what changed.
@@ -35,7 +39,7 @@ COMPACT_AT = 64 * 1024
 COMPACT_RATIO = 8
 
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
-_APPEND = os.O_WRONLY | os.O_APPEND | os.O_CREAT | _CLOEXEC
+_APPEND = os.O_WRONLY | os.O_APPEND | _CLOEXEC
 
 
 def append(path: str | os.PathLike[str], line: str | bytes, durable: bool = True) -> None:
@@ -47,13 +51,19 @@ def append(path: str | os.PathLike[str], line: str | bytes, durable: bool = True
         raise ValueError("a version is one line: serialise it without newlines")
     target = os.fspath(path)
     try:
-        fd = os.open(target, _APPEND, 0o666)
+        fd = os.open(target, _APPEND)
     except FileNotFoundError:
-        os.makedirs(os.path.dirname(target) or ".", exist_ok=True)
-        fd = os.open(target, _APPEND, 0o666)
+        # The first version is written whole (temp file, rename): a writer killed before it
+        # is done leaves no file, never an empty one or one holding a torn line alone.
+        atomic.write_text(target, b"\n" + data + b"\n", durable=durable)
+        return
+    folder = os.path.dirname(target) or "."
     try:
-        # One write: a newline first, so a line a killed writer left torn ends before it.
-        atomic.write_all(fd, b"\n" + data + b"\n", target)
+        # The folder's time moves before the line and after it: a watcher that reads the
+        # old line meanwhile sees the time move again, and a writer killed after its line
+        # has moved it already.
+        os.utime(folder)
+        atomic.write_all(fd, b"\n" + data + b"\n", target)  # a torn line ends at the \n
         if durable:
             try:
                 os.fsync(fd)
@@ -63,9 +73,10 @@ def append(path: str | os.PathLike[str], line: str | bytes, durable: bool = True
     finally:
         os.close(fd)
     if size > COMPACT_AT and size > COMPACT_RATIO * (len(data) + 2):
-        atomic.write_text(target, b"\n" + data + b"\n", durable=durable)
-    else:  # its folder's time moves, as a rename moves it: who watches the folder sees it
-        os.utime(os.path.dirname(target) or ".")
+        # Durable whatever this save asked: it replaces older versions that were.
+        atomic.write_text(target, b"\n" + data + b"\n")
+    else:
+        os.utime(folder)
 
 
 def newest(data: bytes, parse: Callable[[bytes], T]) -> T:
@@ -113,12 +124,14 @@ def _object(version: bytes) -> dict[str, Any]:
 
 
 def _newest_first(data: bytes) -> Iterator[bytes]:
-    """Each whole line of `data` that starts a JSON object, newest first; then `data`
-    itself (a file written whole)."""
+    """Each whole line of `data` that starts a JSON object, newest first; then what was
+    written whole before the first appended line (a state pretty-printed before versions:
+    none of its lines is JSON on its own)."""
     end = data.rfind(b"\n") + 1  # what follows the last newline is a torn line, or nothing
     while end > 0:
         start = data.rfind(b"\n", 0, end - 1) + 1
         if data.startswith(b"{", start):
             yield data[start : end - 1]
         end = start
-    yield data
+    appended = data.find(b"\n{")
+    yield data if appended < 0 else data[:appended]

@@ -72,6 +72,18 @@ def test_a_file_written_whole_is_its_one_version_until_a_save_appends(tmp_path: 
     assert versions.read_json(path)["n"] == 2
 
 
+def test_a_state_pretty_printed_before_versions_survives_a_torn_first_append(
+    tmp_path: Path,
+) -> None:
+    """None of a pretty-printed document's lines is JSON alone: after a torn append the
+    document written whole is still the newest whole version."""
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps({"n": 1, "list": [{"a": 3}, 4]}, indent=1))
+    with path.open("ab") as handle:
+        handle.write(b'\n{"n": 2, "li')
+    assert versions.read_json(path) == {"n": 1, "list": [{"a": 3}, 4]}
+
+
 def test_a_file_with_no_whole_version_raises_the_parsers_error(tmp_path: Path) -> None:
     path = tmp_path / "bad.json"
     path.write_bytes(b'{"n": 1')
@@ -152,10 +164,10 @@ def test_a_writer_killed_mid_save_leaves_a_whole_version_and_the_next_save_reads
     tmp_path: Path,
 ) -> None:
     """A real process appending 3 MB versions (many pages a write: a kill can cut one),
-    SIGKILLed at three moments: each time the file reads as a whole version, and a save
-    after the kill is read back."""
+    SIGKILLed at four moments, the first as it makes the file: each time the file is absent
+    or reads as a whole version, and a save after the kill is read back."""
     path = tmp_path / "r.json"
-    for wait in (0.05, 0.2, 0.35):
+    for wait in (0.0, 0.05, 0.2, 0.35):  # the first likely inside the first save
         child = subprocess.Popen(
             [sys.executable, "-c", _WRITER, str(path)],
             stdout=subprocess.PIPE,
