@@ -59,7 +59,7 @@ def _renamed_into_place() -> Iterator[list[tuple[str, str]]]:
             try:
                 os.replace(tmp, path)
             except OSError as exc:  # the temp's name would point at a file nobody knows
-                raise naming(exc, path) from exc
+                raise _naming(exc, path) from exc
     except BaseException:
         for tmp, _target in temps:
             _unlink(tmp)
@@ -140,7 +140,7 @@ def _link(source: str, target: str) -> str | None:
                 raise _NoLink from exc
             # The new name is what failed (a read-only or full target folder), not the
             # source the error names first.
-            raise naming(exc, target) from exc
+            raise _naming(exc, target) from exc
 
 
 def _write_temp(target: str, text: Content, fsync: bool) -> str:
@@ -173,10 +173,7 @@ def _write_temp(target: str, text: Content, fsync: bool) -> str:
         for piece in pieces:  # a producer's own error (a record it read) goes out as it is
             write_all(fd, piece, target)
         if fsync:
-            try:
-                os.fsync(fd)
-            except OSError as exc:
-                raise naming(exc, target) from exc
+            fsync_naming(fd, target)
     except BaseException:
         os.close(fd)
         _unlink(tmp)
@@ -190,7 +187,7 @@ def _flushed(tmp: str, target: str) -> None:
     try:
         commit.flushed(tmp)
     except OSError as exc:
-        raise naming(exc, target) from exc
+        raise _naming(exc, target) from exc
 
 
 def _temp_name(folder: str, name: str) -> str:
@@ -212,10 +209,18 @@ def write_all(fd: int, data: bytes, target: str) -> None:
         while view:
             view = view[os.write(fd, view) :]
     except OSError as exc:
-        raise naming(exc, target) from exc
+        raise _naming(exc, target) from exc
 
 
-def naming(exc: OSError, target: str) -> OSError:
+def fsync_naming(fd: int, target: str) -> None:
+    """fsync `fd`; an error names `target`."""
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        raise _naming(exc, target) from exc
+
+
+def _naming(exc: OSError, target: str) -> OSError:
     """A failed write() or fsync() names no file, a failed link() or rename() its source
     first: the same error, naming `target`."""
     return OSError(exc.errno, exc.strerror, str(target))

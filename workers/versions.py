@@ -49,13 +49,14 @@ def append(path: str | os.PathLike[str], line: str | bytes, durable: bool = True
     data = line.encode("utf-8") if isinstance(line, str) else line
     if b"\n" in data:
         raise ValueError("a version is one line: serialise it without newlines")
+    version = b"\n" + data + b"\n"  # a newline first: a torn line before it ends there
     target = os.fspath(path)
     try:
         fd = os.open(target, _APPEND)
     except FileNotFoundError:
         # The first version is written whole (temp file, rename): a writer killed before it
         # is done leaves no file, never an empty one or one holding a torn line alone.
-        atomic.write_text(target, b"\n" + data + b"\n", durable=durable)
+        atomic.write_text(target, version, durable=durable)
         return
     folder = os.path.dirname(target) or "."
     try:
@@ -63,18 +64,15 @@ def append(path: str | os.PathLike[str], line: str | bytes, durable: bool = True
         # old line meanwhile sees the time move again, and a writer killed after its line
         # has moved it already.
         os.utime(folder)
-        atomic.write_all(fd, b"\n" + data + b"\n", target)  # a torn line ends at the \n
+        atomic.write_all(fd, version, target)
         if durable:
-            try:
-                os.fsync(fd)
-            except OSError as exc:
-                raise atomic.naming(exc, target) from exc
+            atomic.fsync_naming(fd, target)
         size = os.lseek(fd, 0, os.SEEK_CUR)
     finally:
         os.close(fd)
-    if size > COMPACT_AT and size > COMPACT_RATIO * (len(data) + 2):
+    if size > COMPACT_AT and size > COMPACT_RATIO * len(version):
         # Durable whatever this save asked: it replaces older versions that were.
-        atomic.write_text(target, b"\n" + data + b"\n")
+        atomic.write_text(target, version)
     else:
         os.utime(folder)
 
