@@ -8,10 +8,12 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.conftest import (
     REFERENCE_NODES,
@@ -37,11 +39,11 @@ def _slow_demo(path: Path) -> Path:
     return write_scenarios(path, scripts)
 
 
-def _start_run(workspace: Path, url: str) -> subprocess.Popen[str]:
+def _start_run(workspace: Path, url: str, **env: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "orchestrator.cli", "run"],
         cwd=workspace,
-        env={**clean_env(), "LLM_BASE_URL": url},
+        env={**clean_env(), "LLM_BASE_URL": url, **env},
         text=True,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -100,10 +102,17 @@ def test_sigterm_stops_an_embedded_run_cleanly_and_resume_finishes_it(
     assert ticket_rows(state(demo)) == REFERENCE_TICKETS
 
 
-def test_a_killed_run_resumes_without_paying_twice(demo: Path, cli: Cli, tmp_path: Path) -> None:
+def test_a_killed_run_resumes_without_paying_twice(
+    demo: Path, cli: Cli, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    # A temp folder of their own: any embedded Redis started meanwhile (the suite's other
+    # tests) sweeps folders of dead owners in its temp folder, this one's too. Short, for
+    # the Redis socket's path.
+    own_tmp = tempfile.mkdtemp(prefix="tg-")
+    request.addfinalizer(lambda: shutil.rmtree(own_tmp, ignore_errors=True))
     with running_provider(_slow_demo(tmp_path / "slow.yaml")) as url:
         stats_url = url.replace("/v1", "/stats")
-        run = _start_run(demo, url)
+        run = _start_run(demo, url, TMPDIR=own_tmp)
         _wait_for_turn(demo, "T-1001")
         in_flight = httpx.get(stats_url).json()["in_flight"]
         servers = embedded_redis_servers(parent=run.pid)
@@ -114,7 +123,7 @@ def test_a_killed_run_resumes_without_paying_twice(demo: Path, cli: Cli, tmp_pat
         left = _server_dirs(servers)
         assert all(d.is_dir() for d in left)  # a killed parent could not remove its folder
         run_id = state(demo)["run_id"]
-        resumed = cli("resume", run_id, cwd=demo, env={"LLM_BASE_URL": url})
+        resumed = cli("resume", run_id, cwd=demo, env={"LLM_BASE_URL": url, "TMPDIR": own_tmp})
         requests = httpx.get(stats_url).json()["requests"]
     assert resumed.returncode == 1, resumed.stderr
     assert not any(d.exists() for d in left)  # the next embedded Redis swept it: owner dead
@@ -130,8 +139,6 @@ def test_a_killed_run_resumes_without_paying_twice(demo: Path, cli: Cli, tmp_pat
 
 def test_only_folders_whose_owner_is_gone_are_swept() -> None:
     """A folder naming a dead process goes; one naming a live process, or no owner, stays."""
-    import tempfile
-
     from orchestrator import process
     from orchestrator.broker import redis_server
 

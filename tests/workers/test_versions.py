@@ -180,7 +180,9 @@ def test_a_writer_killed_mid_save_leaves_a_whole_version_and_the_next_save_reads
             os.kill(child.pid, signal.SIGKILL)
             child.wait()
         if path.exists():
+            # A whole version of the writer's, or (killed before its first line was whole,
+            # as a loaded machine can make it) the save after the last kill, untouched.
             got = versions.read_json(path)
-            assert got["pad"] == "x" * 3_000_000 and got["n"] >= 1
+            assert (got["pad"] == "x" * 3_000_000 and got["n"] >= 1) or got == {"n": -1, "pad": ""}
         versions.append(path, _doc(-1))
         assert versions.read_json(path)["n"] == -1
