@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from orchestrator.config.environment import GraphSettings
 from orchestrator.config.workspace import Workspace
@@ -22,6 +23,10 @@ from orchestrator.run import ids
 from orchestrator.run.store import ROUTER
 from workers.errors import ScenarioError
 from workers.settings import HarnessSettings, masked
+
+if TYPE_CHECKING:
+    from workers.provider.cassette import Cassette
+    from workers.provider.scenario import Scenario
 
 SHARED_BROKER = (
     "--record and --replay serve an embedded run's model; with a shared broker the workers "
@@ -62,28 +67,46 @@ def require(workspace: Workspace, settings: GraphSettings, llm: HarnessSettings)
     return f"the scripted replies of {workspace.scenarios.name}, recorded into {settings.record}"
 
 
+def served(
+    workspace: Workspace, settings: GraphSettings, llm: HarnessSettings
+) -> Scenario | Cassette | None:
+    """What an embedded run's own provider serves, loaded (with the tokenizer, if its
+    replies are counted: workers/provider/source.py): the cassette it replays, else the
+    workspace's scripts; None when it records from LLM_BASE_URL."""
+    from workers.provider.cassette import load_cassette
+    from workers.provider.source import loaded
+
+    if settings.replay is not None:
+        return loaded(load_cassette(settings.replay))
+    if settings.record is not None and llm.base_url:
+        return None
+    return loaded(workspace.scenarios)
+
+
 @contextlib.contextmanager
 def model_endpoint(
-    workspace: Workspace, settings: GraphSettings, llm: HarnessSettings, host: str, port: int
+    settings: GraphSettings,
+    llm: HarnessSettings,
+    source: Scenario | Cassette | None,
+    host: str,
+    port: int,
 ) -> Iterator[None]:
-    """Serve the run's model on `host`:`port` for the duration: the cassette it replays,
-    a proxy recording into one, or the workspace's scripts."""
+    """Serve the run's model on `host`:`port` for the duration: `source` (`served`: the
+    cassette it replays, or the workspace's scripts), or a proxy recording into a cassette
+    what LLM_BASE_URL (or else `source`) answers."""
     from workers.provider import running_provider
-    from workers.provider.cassette import load_cassette
 
     # The command ends right after: the scripted provider is told to stop, not waited for.
-    if settings.replay is not None:
-        with running_provider(load_cassette(settings.replay), host, port, join=False):
-            yield
-        return
     if settings.record is None:
-        with running_provider(workspace.scenarios, host, port, join=False):
+        assert source is not None
+        with running_provider(source, host, port, join=False):
             yield
         return
     with contextlib.ExitStack() as stack:
         upstream = llm.base_url
         if not upstream:
-            scripts = running_provider(workspace.scenarios, host, free_port(), join=False)
+            assert source is not None
+            scripts = running_provider(source, host, free_port(), join=False)
             upstream = stack.enter_context(scripts)
         yield from _recording(settings, upstream, host, port)
 

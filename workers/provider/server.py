@@ -10,50 +10,32 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from pathlib import Path
 
 import uvicorn
 
-from workers import tokens
 from workers.errors import ScenarioError
 from workers.provider import serving
 from workers.provider.app import TokenRate, create_app
-from workers.provider.cassette import Cassette, is_cassette, load_cassette
 from workers.provider.options import DEFAULT_HOST, DEFAULT_PORT, command
-from workers.provider.scenario import Scenario, load_scenario
+from workers.provider.scenario import Scenario
+from workers.provider.source import ScenarioSource, loaded
 
 GRACEFUL_SHUTDOWN_S = 1.0
 KEEP_ALIVE_S = 75
 SHUTDOWN_TIMEOUT_S = 10.0
 
-ScenarioSource = str | Path | Scenario | Cassette
-
-
-def _scenario(source: ScenarioSource) -> Scenario | Cassette:
-    """A loaded scenario (or cassette), loading it when given a path or built-in name."""
-    if isinstance(source, Scenario | Cassette):
-        return source
-    return load_cassette(source) if is_cassette(source) else load_scenario(source)
-
 
 def _server(
-    scenario: Scenario | Cassette,
+    source: ScenarioSource,
     host: str,
     port: int,
     log_level: str,
     rate: TokenRate | None = None,
 ) -> uvicorn.Server:
-    """A uvicorn server for `scenario`, shared by the foreground and background runs."""
-    # Build the tokenizer now if any reply will be counted (or, made line by line, may be
-    # cut at max_tokens), so the first request's X-Service-Ms is not its load time; the
-    # demo's replies fix their usage and are shorter in bytes than any cap: never needed.
-    scripts = scenario.scripts if isinstance(scenario, Scenario) else []
-    replies = [reply for script in scripts for reply in script.replies]
-    if any(reply.usage is None or reply.lines is not None for reply in replies):
-        tokens.encoding()
+    """A uvicorn server for `source`, shared by the foreground and background runs."""
     # A bounded graceful shutdown, so a request stuck in a scripted hang cannot hold it up.
     return serving.server(
-        create_app(scenario, rate),
+        create_app(loaded(source), rate),
         host,
         port,
         log_level,
@@ -71,7 +53,7 @@ def serve(
     rate: TokenRate | None = None,
 ) -> None:
     """Serve the provider until interrupted (blocks; Ctrl-C or SIGTERM stops it)."""
-    _server(_scenario(scenarios), host, port, "info", rate).run()
+    _server(scenarios, host, port, "info", rate).run()
 
 
 @contextmanager
@@ -87,7 +69,7 @@ def running_provider(
     On the way out it is told to stop; `join=False` does not wait for it (up to a tick of
     uvicorn's loop, 0.1-0.2 s), for a process about to exit anyway.
     """
-    server = _server(_scenario(scenarios), host, port, "warning", rate)
+    server = _server(scenarios, host, port, "warning", rate)
     # Stop at once: waiting for open keep-alive connections would add a tick (0.1 s) or more
     # to every command that ran an embedded provider.
     join_s = SHUTDOWN_TIMEOUT_S if join else None
@@ -105,7 +87,7 @@ def run_from_options(
     """Load `scenarios` and serve them on `host`:`port` until interrupted (answering 429
     past `tpm_limit` tokens per `tpm_window_s`, if set)."""
     try:
-        scenario = _scenario(scenarios)
+        scenario = loaded(scenarios)
     except ScenarioError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
