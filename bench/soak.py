@@ -61,11 +61,14 @@ from bench.services import (
 )
 from orchestrator.broker.redis_server import RedisServer
 from orchestrator.config.workspace import CONFIG_FILE, DEMO_SCENARIOS, init_demo
+from orchestrator.plan.steps import PLAN
 from workers import versions
 from workers.trace import read as read_trace
 
 POINTS = ("model", "write", "review")
 STALL_POINTS = ("model", "review")  # `--mode stall`: where the process is stopped
+# What a stopped process may be running (a ticket's draft or review, not a whole-run step).
+PER_TICKET_TASKS = frozenset(step.task for step in PLAN.steps if step.per_ticket)
 WAKE_TIMEOUT_S = 60.0
 LATENCY_MS = 800
 VISIBILITY_S = "6"
@@ -260,7 +263,17 @@ def _kill(
         while time.monotonic() < deadline and not trace.find(review):
             time.sleep(0.01)
         time.sleep(rng.uniform(0.0, 0.5))
-    busy = _busy_pids(broker) or _children(workers)
+    if signum == signal.SIGSTOP:
+        # Stopped only while it works on a ticket: a process stopped inside a whole-run step
+        # (route, merge, report) can hold that step's fence lock, and so the run, until it
+        # is woken (RELIABILITY.md, not guaranteed); the soak wakes it only after the run.
+        node = "fanout" if point == "model" else "review"
+        ended = lambda e: e["event"] == "node_end" and e.get("node") == node  # noqa: E731
+        busy = _busy_pids(broker, PER_TICKET_TASKS)
+        while not busy and time.monotonic() < deadline and not trace.find(ended):
+            busy = _busy_pids(broker, PER_TICKET_TASKS)
+    else:
+        busy = _busy_pids(broker) or _children(workers)
     if not busy:
         return None, 0
     pid = rng.choice(busy)
@@ -299,14 +312,16 @@ class _Trace:
         return next((e for e in reversed(self.events) if match(e)), None)
 
 
-def _busy_pids(broker: str) -> list[int]:
-    """PIDs of worker processes running a task, by Celery's remote control."""
+def _busy_pids(broker: str, tasks: frozenset[str] | None = None) -> list[int]:
+    """PIDs of worker processes running a task (one of `tasks`, if given), by Celery's
+    remote control."""
     control = Celery(broker=broker)
     try:
         active = control.control.inspect(timeout=0.5).active() or {}
     finally:
         control.close()
-    return sorted({t["worker_pid"] for tasks in active.values() for t in tasks})
+    running = (t for found in active.values() for t in found)
+    return sorted({t["worker_pid"] for t in running if tasks is None or t["name"] in tasks})
 
 
 def _children(workers: Workers) -> list[int]:
