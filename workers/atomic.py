@@ -56,10 +56,8 @@ def _renamed_into_place() -> Iterator[list[tuple[str, str]]]:
     try:
         yield temps
         for tmp, path in temps:
-            try:
+            with _named(path):  # the temp's name would point at a file nobody knows
                 os.replace(tmp, path)
-            except OSError as exc:  # the temp's name would point at a file nobody knows
-                raise _naming(exc, path) from exc
     except BaseException:
         for tmp, _target in temps:
             _unlink(tmp)
@@ -184,10 +182,8 @@ def _write_temp(target: str, text: Content, fsync: bool) -> str:
 
 def _flushed(tmp: str, target: str) -> None:
     """`tmp` on disk through the group commit; a failed flush names `target`."""
-    try:
+    with _named(target):
         commit.flushed(tmp)
-    except OSError as exc:
-        raise _naming(exc, target) from exc
 
 
 def _temp_name(folder: str, name: str) -> str:
@@ -205,17 +201,22 @@ def _unlink(path: str) -> None:
 def write_all(fd: int, data: bytes, target: str) -> None:
     """All of `data` to `fd`; an error names `target`."""
     view = memoryview(data)
-    try:
+    with _named(target):
         while view:
             view = view[os.write(fd, view) :]
-    except OSError as exc:
-        raise _naming(exc, target) from exc
 
 
 def fsync_naming(fd: int, target: str) -> None:
     """fsync `fd`; an error names `target`."""
-    try:
+    with _named(target):
         os.fsync(fd)
+
+
+@contextlib.contextmanager
+def _named(target: str) -> Iterator[None]:
+    """An OSError raised in the block goes out naming `target` (`_naming`)."""
+    try:
+        yield
     except OSError as exc:
         raise _naming(exc, target) from exc
 
