@@ -73,7 +73,11 @@ def cluster(
     live = llm.model_copy(update={"base_url": f"http://{LOOPBACK}:{port}/v1"}) if served else llm
     # What the provider serves is loaded before the workers are forked: a tokenizer it
     # builds (~0.3 s of CPU) is theirs too, not built again by the route step or the meter.
-    source = _served(workspace, settings, llm) if served else None
+    source = None
+    if served:
+        from orchestrator.config import cassette  # loaded only when a run serves a model
+
+        source = cassette.served(workspace, settings, llm)
     redis_server = RedisServer()
     try:
         settings = settings.model_copy(update={"broker_outage_s": OUTAGE_S})
@@ -97,14 +101,6 @@ def cluster(
             workers.stop(graceful=False)
     finally:
         redis_server.stop(kill=True)  # it keeps nothing: no need to wait for its shutdown
-
-
-def _served(
-    workspace: Workspace, settings: GraphSettings, llm: HarnessSettings
-) -> Scenario | Cassette | None:
-    from orchestrator.config import cassette  # loaded only when a run serves a model
-
-    return cassette.served(workspace, settings, llm)
 
 
 @contextlib.contextmanager
