@@ -455,6 +455,14 @@ class RunStore:
         """run-state.json as last materialised (one file read, however many tickets)."""
         return _load(RunRecord, self.state_path)
 
+    def materialised_since_meta(self) -> bool:
+        """Whether run-state.json was written after run.json last changed (two stats): once
+        a run's end has written its verdict, whether the end's own materialisation is done."""
+        try:
+            return self.state_path.stat().st_mtime_ns >= self.meta_path.stat().st_mtime_ns
+        except FileNotFoundError:
+            return False
+
 
 _ROUTES: TypeAdapter[dict[str, Routed]] = TypeAdapter(dict[str, Routed])
 _ROUTES_KEPT = 64  # runs whose routes.json a process keeps parsed (a worker serves many)

@@ -148,7 +148,8 @@ def _submit_and_wait(
 
     Events are a blocking read on a Redis list, so the wait costs nothing while nothing
     happens; run.json (a small file) is checked when no event comes for a while, so a run
-    that ended without a word (its event lost) still ends the wait.
+    that ended without a word (its event lost) still ends the wait: once its end has
+    materialised run-state.json too, or after the time a lost step takes.
 
     A broker outage is ridden out for `broker_outage_s` (BrokerUnavailable after that); a
     broker that comes back without the submission's marker lost the run (BrokerLostRun),
@@ -170,6 +171,7 @@ def _submit_and_wait(
     lost_after = LOST_AFTER_TIMEOUTS * settings.visibility_timeout_s
     next_sweep = time.monotonic() + lost_after
     next_look = time.monotonic() + CHECK_EVERY_S
+    ended_at: float | None = None  # when a quiet second first found the run ended
     while True:
         held.renew()
         try:
@@ -188,9 +190,14 @@ def _submit_and_wait(
         if event is not None and event["event"] == "run_end":
             budget.snapshot(r, store)
             return event
-        if event is None and store.meta().status is not RunStatus.RUNNING:
-            budget.snapshot(r, store)
-            return None
+        if event is None:
+            status = store.meta().status
+            ended_at = None if status is RunStatus.RUNNING else ended_at or time.monotonic()
+            if ended_at is not None and (
+                _end_written(store, status) or time.monotonic() - ended_at >= lost_after
+            ):
+                budget.snapshot(r, store)
+                return None
         if time.monotonic() > deadline:
             raise RunTimeout(
                 f"no verdict after {settings.run_timeout_s:g} s (--timeout); what it had "
@@ -233,6 +240,16 @@ def require_workers(settings: GraphSettings, wait_s: float) -> None:
 def _outage_window(settings: GraphSettings) -> float:
     """How long to wait for the broker: an embedded Redis that went away is not coming back."""
     return settings.broker_outage_s if settings.broker_url else embedded.OUTAGE_S
+
+
+def _end_written(store: RunStore, status: RunStatus) -> bool:
+    """Whether an ended run's end has written all it writes. A verdict is written to run.json
+    before run-state.json is materialised from every record (run/ending.py), and its
+    `run_end` event comes after both: a CLI that took a quiet second then for the end would
+    materialise the records again itself (~0.7 s at 1,000 tickets, alongside the worker's).
+    A stop or a crash is counted again by the CLI whatever it finds (console.ended_record).
+    """
+    return status is not RunStatus.DONE or store.materialised_since_meta()
 
 
 def _through_outage(
