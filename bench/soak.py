@@ -264,20 +264,54 @@ def _kill(
             time.sleep(0.01)
         time.sleep(rng.uniform(0.0, 0.5))
     if signum == signal.SIGSTOP:
-        # Stopped only while it works on a ticket: a process stopped inside a whole-run step
-        # (route, merge, report) can hold that step's fence lock, and so the run, until it
-        # is woken (RELIABILITY.md, not guaranteed); the soak wakes it only after the run.
         node = "fanout" if point == "model" else "review"
-        ended = lambda e: e["event"] == "node_end" and e.get("node") == node  # noqa: E731
-        busy = _busy_pids(broker, PER_TICKET_TASKS)
-        while not busy and time.monotonic() < deadline and not trace.find(ended):
-            busy = _busy_pids(broker, PER_TICKET_TASKS)
-    else:
-        busy = _busy_pids(broker) or _children(workers)
+        return _stall(workspace, broker, llm, rng, trace, node, deadline)
+    busy = _busy_pids(broker) or _children(workers)
     if not busy:
         return None, 0
     pid = rng.choice(busy)
     return pid, _kill_counted(pid, signum, llm)
+
+
+def _stall(
+    workspace: Path,
+    broker: str,
+    llm: Provider,
+    rng: random.Random,
+    trace: _Trace,
+    node: str,
+    deadline: float,
+) -> tuple[int | None, int]:
+    """SIGSTOP a process while it works on a ticket of `node`, holding none of the run's
+    file locks; (its PID or None if `node` ended first, requests in flight).
+
+    A process stopped while it holds a fence's or run.json's lock holds that ticket, or the
+    whole run, until it is woken (RELIABILITY.md, not guaranteed), and the soak wakes it
+    only after the run. Celery's list of busy processes is a moment old when it arrives
+    (a process in it may have gone on to the report step), so a process found holding a
+    lock once stopped is woken at once and another moment chosen."""
+    ended = lambda e: e["event"] == "node_end" and e.get("node") == node  # noqa: E731
+    while time.monotonic() < deadline and not trace.find(ended):
+        if not (busy := _busy_pids(broker, PER_TICKET_TASKS)):
+            continue
+        pid = rng.choice(busy)
+        in_flight = _kill_counted(pid, signal.SIGSTOP, llm)
+        if not _holds_a_lock(pid, workspace / "runs"):
+            return pid, in_flight
+        os.kill(pid, signal.SIGCONT)
+    return None, 0
+
+
+def _holds_a_lock(pid: int, runs: Path) -> bool:
+    """Whether `pid` holds a flock of a file in a run folder (a fence, run.json's .lock), by
+    /proc/locks: `N: FLOCK ADVISORY WRITE <pid> <major>:<minor>:<inode> 0 EOF`."""
+    inodes = {p.stat().st_ino for p in runs.glob("run-*/fences/*")}
+    inodes |= {p.stat().st_ino for p in runs.glob("run-*/.lock")}
+    held = (line.split() for line in Path("/proc/locks").read_text().splitlines())
+    return any(
+        len(f) >= 6 and f[1] == "FLOCK" and f[4] == str(pid) and int(f[5].split(":")[2]) in inodes
+        for f in held
+    )
 
 
 def _kill_counted(pid: int, signum: signal.Signals, llm: Provider, first: bool = True) -> int:

@@ -4,11 +4,21 @@ one of the three kill points (during a model call, inside the refund write, duri
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from bench.soak import POINTS, STALL_POINTS, run_trials, summary, turns_twice
+from bench.soak import (
+    POINTS,
+    STALL_POINTS,
+    _holds_a_lock,
+    run_trials,
+    summary,
+    turns_twice,
+)
 
 
 @pytest.mark.slow
@@ -52,3 +62,30 @@ def test_a_saved_turn_paid_again_is_counted() -> None:
     once = [turn("h-a", 1), turn("h-a", 2), turn("h-b", 1), {"event": "settled"}]
     assert turns_twice(once) == 0
     assert turns_twice([*once, turn("h-a", 2)]) == 1
+
+
+def test_the_stall_soak_sees_which_process_holds_a_run_folders_lock(tmp_path: Path) -> None:
+    """A process stopped while it holds a fence's lock holds its ticket (or the run) until it
+    is woken, which the stall soak does not test: it tells such a process apart by
+    /proc/locks (a real flock held by a real process, and the one waiting behind it)."""
+    fence = tmp_path / "runs" / "run-1" / "fences" / "_report"
+    fence.parent.mkdir(parents=True)
+    fence.touch()
+    hold = "import fcntl, sys, time; f = open(sys.argv[1]); fcntl.flock(f, fcntl.LOCK_EX); "
+    holder = subprocess.Popen(
+        [sys.executable, "-c", hold + "print(flush=True); time.sleep(60)", str(fence)],
+        stdout=subprocess.PIPE,
+    )
+    waiter = None
+    try:
+        assert holder.stdout is not None and holder.stdout.readline()  # it holds the lock
+        waiter = subprocess.Popen([sys.executable, "-c", hold, str(fence)])
+        time.sleep(0.3)  # blocked behind the holder: listed in /proc/locks as waiting
+        assert _holds_a_lock(holder.pid, tmp_path / "runs")
+        assert not _holds_a_lock(waiter.pid, tmp_path / "runs")
+        assert not _holds_a_lock(holder.pid, tmp_path / "elsewhere")
+    finally:
+        for process in (holder, waiter):
+            if process is not None:
+                process.kill()
+                process.wait()
