@@ -33,6 +33,7 @@ def redis_server_binary() -> str:
 
 
 STOP_TIMEOUT_S = 10.0
+PORT_TRIES = 3  # free ports tried at a first start (another process may bind one first)
 PR_SET_PDEATHSIG = 1
 # Resolved before any fork: a preexec function must not look libraries up (that spawns ldconfig).
 try:
@@ -42,6 +43,11 @@ except (OSError, AttributeError):
     _LIBC = None
 
 
+class _PortTaken(BrokerError):
+    """The server exited at start, or another answers on its port: a port chosen here may
+    have been bound by another process since."""
+
+
 class RedisServer:
     """One redis-server child process; `start` returns a Celery broker URL."""
 
@@ -49,6 +55,7 @@ class RedisServer:
         # TCP on a free loopback port lets other processes connect by URL; the default unix
         # socket cannot collide with anything.
         self.port = free_port() if tcp else None
+        self._chose_port = tcp
         # Persistence is for tests of a broker restart; an embedded run keeps nothing.
         self.appendonly = appendonly
         # Unix socket paths are limited to ~100 bytes, so the folder is short and in /tmp. It
@@ -73,7 +80,23 @@ class RedisServer:
         return redis.Redis(unix_socket_path=str(self.socket))
 
     def start(self) -> str:
-        """Start the server and wait until it answers PING; return its URL."""
+        """Start the server and wait until it answers PING; return its URL. A first start on
+        a port chosen here goes to another free port if the server exits at once: the port
+        was free when chosen, and another process may bind it before the server does."""
+        tries = PORT_TRIES if self._chose_port and self.process is None else 1
+        for left in range(tries, 0, -1):
+            self._spawn()
+            try:
+                self._wait_ready()
+                return self.url
+            except _PortTaken:
+                if left == 1:
+                    raise
+                self._terminate(kill=True)
+                self.port = free_port()
+        raise AssertionError("unreachable")
+
+    def _spawn(self) -> None:
         args = [
             redis_server_binary(),
             "--port",
@@ -100,23 +123,25 @@ class RedisServer:
             )
         except OSError as exc:
             raise BrokerError(f"cannot start the embedded redis-server: {exc}") from exc
-        self._wait_ready()
-        return self.url
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + START_TIMEOUT_S
         client = self.client()
         try:
             while True:
+                exited = self.process is None or self.process.poll() is not None
                 try:
-                    if client.ping():
-                        return
+                    if not exited and client.ping():
+                        if client.info("server").get("process_id") == self.process.pid:
+                            return
+                        raise _PortTaken(f"another Redis answers on port {self.port}")
                 except redis.RedisError:
                     pass
-                if self.process is None or self.process.poll() is not None:
+                if exited:
                     log_file = self.dir / "redis.log"
                     log = log_file.read_text(errors="replace")[-500:] if log_file.exists() else ""
-                    raise BrokerError(f"embedded redis-server exited at start: {log}")
+                    error = _PortTaken if self._chose_port else BrokerError
+                    raise error(f"embedded redis-server exited at start: {log}")
                 if time.monotonic() > deadline:
                     raise BrokerError(
                         f"embedded redis-server did not answer in {START_TIMEOUT_S} s"
