@@ -296,10 +296,27 @@ def _stall(
             continue
         pid = rng.choice(busy)
         in_flight = _kill_counted(pid, signal.SIGSTOP, llm)
+        _wait_stopped(pid)  # a thread still running could take a lock after the look
         if not _holds_a_lock(pid, workspace / "runs"):
             return pid, in_flight
         os.kill(pid, signal.SIGCONT)
     return None, 0
+
+
+def _wait_stopped(pid: int, timeout_s: float = 5.0) -> None:
+    """Until every thread of `pid` is stopped (state T in /proc), or it is gone."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            states = [
+                (task / "stat").read_text().rsplit(")", 1)[1].split()[0]
+                for task in Path(f"/proc/{pid}/task").iterdir()
+            ]
+        except (FileNotFoundError, ProcessLookupError):
+            return
+        if all(state in ("T", "t") for state in states):
+            return
+        time.sleep(0.001)
 
 
 def _holds_a_lock(pid: int, runs: Path) -> bool:
