@@ -247,9 +247,15 @@ def snapshot(r: redis.Redis, store: RunStore) -> BudgetTotals | None:
         log.warning("budget: cannot read the ledger of %s (%s)", store.run_id, exc)
         return None
     if ledger is not None:
-        with store.update_meta() as meta:
+        with store.locked():
+            meta = store.meta()
+            was = (meta.budget, meta.totals)
             meta.budget = ledger
             totals.agree(meta)  # an ended run's: what its folder says was paid
+            # Written only if it changed: the end agreed its budget already, and a run.json
+            # written after run-state.json would have the CLI materialise every record again.
+            if (meta.budget, meta.totals) != was:
+                store.write_meta(meta)
     return ledger
 
 

@@ -94,8 +94,11 @@ def _execute_held(
         with _celery(workspace, settings, llm, meta.config.pool_size, store) as app:
             end = _submit_and_wait(app, store, settings, on_event, held)
     except KeyboardInterrupt:
-        # An embedded run stops with its command; a distributed one goes on in its workers.
-        return ending.stopped(store, INTERRUPTED) if not distributed else ExitCode.STOPPED
+        # An embedded run stops with its command (a verdict already written stands: Ctrl-C
+        # while its end is materialised); a distributed one goes on in its workers.
+        if distributed:
+            return ExitCode.STOPPED
+        return ending.stopped(store, INTERRUPTED, if_running=True)
     except BrokerLostRun as exc:  # the broker lost the run's queued work: resumable
         return ending.stopped(store, str(exc), if_running=True)
     except RunTimeout as exc:
@@ -149,7 +152,8 @@ def _submit_and_wait(
     Events are a blocking read on a Redis list, so the wait costs nothing while nothing
     happens; run.json (a small file) is checked when no event comes for a while, so a run
     that ended without a word (its event lost) still ends the wait: once its end has
-    materialised run-state.json too, or after the time a lost step takes.
+    materialised run-state.json too, or a visibility timeout after (its worker died: the
+    redelivered copy finds the run ended and does nothing more).
 
     A broker outage is ridden out for `broker_outage_s` (BrokerUnavailable after that); a
     broker that comes back without the submission's marker lost the run (BrokerLostRun),
@@ -194,7 +198,8 @@ def _submit_and_wait(
             status = store.meta().status
             ended_at = None if status is RunStatus.RUNNING else ended_at or time.monotonic()
             if ended_at is not None and (
-                _end_written(store, status) or time.monotonic() - ended_at >= lost_after
+                _end_written(store, status)
+                or time.monotonic() - ended_at >= settings.visibility_timeout_s
             ):
                 budget.snapshot(r, store)
                 return None

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import clean_env, state
 
 # `ticketgraph run` as a real process, whose embedded workers (forked from it) take 2.5 s to
@@ -33,15 +35,19 @@ entry()
 """
 
 
+@pytest.mark.parametrize("budget", [(), ("--budget", "5")], ids=["no budget", "a run budget"])
 def test_a_cli_waits_for_the_end_to_materialise_the_run_rather_than_doing_it_again(
-    demo: Path,
+    demo: Path, budget: tuple[str, ...]
 ) -> None:
     """run.json says `done` seconds before the end's own run-state.json is written: the
     quiet seconds between find the run ended, and the CLI waits for the end's `run_end`
     event instead of reading every record and writing the file itself (with the old wait,
-    it did: the run's records read twice, alongside the worker writing the same file)."""
+    it did: the run's records read twice, alongside the worker writing the same file). With
+    a run budget, the CLI's copy of the ledger into run.json at the end changes nothing the
+    end had not agreed already, so it writes nothing (a run.json newer than run-state.json
+    would have it materialise every record again all the same)."""
     ran = subprocess.run(
-        [sys.executable, "-c", CLI, "run"],
+        [sys.executable, "-c", CLI, "run", *budget],
         cwd=demo,
         env={**clean_env(), "POOL_SIZE": "2"},
         capture_output=True,
@@ -54,3 +60,4 @@ def test_a_cli_waits_for_the_end_to_materialise_the_run_rather_than_doing_it_aga
     record = state(demo)
     meta = (demo / "runs" / record["run_id"] / "run.json").read_text()
     assert record["status"] == "done" and f'"updated_at": "{record["updated_at"]}"' in meta
+    assert (record["budget"] is not None) == bool(budget)
