@@ -296,9 +296,13 @@ def _stall(
             continue
         pid = rng.choice(busy)
         in_flight = _kill_counted(pid, signal.SIGSTOP, llm)
-        _wait_stopped(pid)  # a thread still running could take a lock after the look
-        if not _holds_a_lock(pid, workspace / "runs"):
-            return pid, in_flight
+        try:
+            _wait_stopped(pid)  # a thread still running could take a lock after the look
+            if not _holds_a_lock(pid, workspace / "runs"):
+                return pid, in_flight
+        except BaseException:
+            os.kill(pid, signal.SIGCONT)  # never leave a process stopped that nobody wakes
+            raise
         os.kill(pid, signal.SIGCONT)
     return None, 0
 
@@ -308,27 +312,38 @@ def _wait_stopped(pid: int, timeout_s: float = 5.0) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
-            states = [
-                (task / "stat").read_text().rsplit(")", 1)[1].split()[0]
-                for task in Path(f"/proc/{pid}/task").iterdir()
-            ]
+            tasks = list(Path(f"/proc/{pid}/task").iterdir())
         except (FileNotFoundError, ProcessLookupError):
-            return
-        if all(state in ("T", "t") for state in states):
+            return  # the process is gone
+        if all(_thread_state(task) in ("T", "t", None) for task in tasks):
             return
         time.sleep(0.001)
+
+
+def _thread_state(task: Path) -> str | None:
+    """One thread's state letter from /proc/<pid>/task/<tid>/stat; None if it has exited."""
+    try:
+        return (task / "stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return None
 
 
 def _holds_a_lock(pid: int, runs: Path) -> bool:
     """Whether `pid` holds a flock of a file in a run folder (a fence, run.json's .lock), by
     /proc/locks: `N: FLOCK ADVISORY WRITE <pid> <major>:<minor>:<inode> 0 EOF`."""
-    inodes = {p.stat().st_ino for p in runs.glob("run-*/fences/*")}
-    inodes |= {p.stat().st_ino for p in runs.glob("run-*/.lock")}
+    inodes = {_inode(p) for p in [*runs.glob("run-*/fences/*"), *runs.glob("run-*/.lock")]}
     held = (line.split() for line in Path("/proc/locks").read_text().splitlines())
     return any(
         len(f) >= 6 and f[1] == "FLOCK" and f[4] == str(pid) and int(f[5].split(":")[2]) in inodes
         for f in held
     )
+
+
+def _inode(path: Path) -> int | None:
+    try:
+        return path.stat().st_ino
+    except FileNotFoundError:  # removed since the glob
+        return None
 
 
 def _kill_counted(pid: int, signum: signal.Signals, llm: Provider, first: bool = True) -> int:

@@ -80,7 +80,10 @@ def test_the_stall_soak_sees_which_process_holds_a_run_folders_lock(tmp_path: Pa
     try:
         assert holder.stdout is not None and holder.stdout.readline()  # it holds the lock
         waiter = subprocess.Popen([sys.executable, "-c", hold, str(fence)])
-        time.sleep(0.3)  # blocked behind the holder: listed in /proc/locks as waiting
+        deadline = time.monotonic() + 30  # until it is blocked behind the holder:
+        while str(waiter.pid) not in _waiting():  # listed in /proc/locks as waiting
+            assert time.monotonic() < deadline and waiter.poll() is None
+            time.sleep(0.01)
         assert _holds_a_lock(holder.pid, tmp_path / "runs")
         assert not _holds_a_lock(waiter.pid, tmp_path / "runs")
         assert not _holds_a_lock(holder.pid, tmp_path / "elsewhere")
@@ -89,3 +92,9 @@ def test_the_stall_soak_sees_which_process_holds_a_run_folders_lock(tmp_path: Pa
             if process is not None:
                 process.kill()
                 process.wait()
+
+
+def _waiting() -> set[str]:
+    """The PIDs that /proc/locks lists as blocked on a lock (`N: -> FLOCK ... <pid> ...`)."""
+    rows = (line.split() for line in Path("/proc/locks").read_text().splitlines())
+    return {f[5] for f in rows if len(f) > 5 and f[1] == "->"}
