@@ -207,7 +207,7 @@ def _trial(
         if stall and pid is not None:
             os.kill(pid, signal.SIGCONT)
     if stall and pid is not None:
-        _wait_idle(broker, pid)
+        _wait_idle(broker, len(workers.pids), pid)
     trial = _count(index, point, pid is not None, in_flight, code, workspace, llm, before, started)
     trial.stalled = stall
     trial.records_changed = sum(
@@ -226,10 +226,10 @@ def _finished_records(workspace: Path) -> dict[str, bytes]:
     return out
 
 
-def _wait_idle(broker: str, pid: int) -> None:
+def _wait_idle(broker: str, workers: int, pid: int) -> None:
     """Until the woken process runs no task (its stale copies have ended, one way or other)."""
     deadline = time.monotonic() + WAKE_TIMEOUT_S
-    while pid in _busy_pids(broker) and time.monotonic() < deadline:
+    while pid in _busy_pids(broker, workers) and time.monotonic() < deadline:
         time.sleep(0.2)
 
 
@@ -265,8 +265,8 @@ def _kill(
         time.sleep(rng.uniform(0.0, 0.5))
     if signum == signal.SIGSTOP:
         node = "fanout" if point == "model" else "review"
-        return _stall(workspace, broker, llm, rng, trace, node, deadline)
-    busy = _busy_pids(broker) or _children(workers)
+        return _stall(workspace, broker, len(workers.pids), llm, rng, trace, node, deadline)
+    busy = _busy_pids(broker, len(workers.pids)) or _children(workers)
     if not busy:
         return None, 0
     pid = rng.choice(busy)
@@ -276,6 +276,7 @@ def _kill(
 def _stall(
     workspace: Path,
     broker: str,
+    workers: int,
     llm: Provider,
     rng: random.Random,
     trace: _Trace,
@@ -292,19 +293,29 @@ def _stall(
     lock once stopped is woken at once and another moment chosen."""
     ended = lambda e: e["event"] == "node_end" and e.get("node") == node  # noqa: E731
     while time.monotonic() < deadline and not trace.find(ended):
-        if not (busy := _busy_pids(broker, PER_TICKET_TASKS)):
+        if not (busy := _busy_pids(broker, workers, PER_TICKET_TASKS)):
             continue
-        pid = rng.choice(busy)
-        in_flight = _kill_counted(pid, signal.SIGSTOP, llm)
-        try:
-            _wait_stopped(pid)  # a thread still running could take a lock after the look
-            if not _holds_a_lock(pid, workspace / "runs"):
-                return pid, in_flight
-        except BaseException:
-            os.kill(pid, signal.SIGCONT)  # never leave a process stopped that nobody wakes
-            raise
-        os.kill(pid, signal.SIGCONT)
+        # A list is a moment old, and a process of a step that mostly writes holds a lock
+        # much of the time: several moments a list.
+        for _ in range(_MOMENTS_A_LIST):
+            pid = rng.choice(busy)
+            in_flight = _kill_counted(pid, signal.SIGSTOP, llm)
+            try:
+                _wait_stopped(pid)  # a thread still running could take a lock after the look
+                if not _holds_a_lock(pid, workspace / "runs"):
+                    return pid, in_flight
+            except BaseException:
+                os.kill(pid, signal.SIGCONT)  # never leave a process stopped that nobody wakes
+                raise
+            os.kill(pid, signal.SIGCONT)
+            if trace.find(ended):
+                break
+            time.sleep(rng.uniform(0.005, 0.05))
     return None, 0
+
+
+_MOMENTS_A_LIST = 10
+_ANSWER_S = 3.0  # the most a remote-control question waits for the workers' answers
 
 
 def _wait_stopped(pid: int, timeout_s: float = 5.0) -> None:
@@ -378,12 +389,14 @@ class _Trace:
         return next((e for e in reversed(self.events) if match(e)), None)
 
 
-def _busy_pids(broker: str, tasks: frozenset[str] | None = None) -> list[int]:
+def _busy_pids(broker: str, workers: int, tasks: frozenset[str] | None = None) -> list[int]:
     """PIDs of worker processes running a task (one of `tasks`, if given), by Celery's
-    remote control."""
+    remote control: the answer of each of the `workers`, or what came within its window (a
+    worker loaded by a whole test suite can take longer than half a second to answer, and
+    its busy processes then went unseen)."""
     control = Celery(broker=broker)
     try:
-        active = control.control.inspect(timeout=0.5).active() or {}
+        active = control.control.inspect(timeout=_ANSWER_S, limit=workers).active() or {}
     finally:
         control.close()
     running = (t for found in active.values() for t in found)
