@@ -269,14 +269,17 @@ class Catalog:
             if not name.endswith(".json") or name.startswith("."):
                 continue
             try:
-                stat = entry.stat()
-                key = (stat.st_mtime_ns, stat.st_size, stat.st_ino)
                 known = folder.records.get(name)
-                if known is not None and known[0] == key:
-                    seen[name] = known
-                    continue
+                if known is not None:  # unchanged since the last look: one stat, no read
+                    stat = entry.stat()
+                    if known[0] == (stat.st_mtime_ns, stat.st_size, stat.st_ino):
+                        seen[name] = known
+                        continue
+                # A record not seen yet (all of them, on a first view): its version from
+                # the open descriptor, not a lookup of its path more.
+                key, data = _read_keyed(entry.path)
                 ticket_id = name[: -len(".json")]
-                record = versions.newest(_read(entry.path, stat.st_size), from_json)
+                record = versions.newest(data, from_json)
                 if record.get("status") == CLAIMED and ticket_id in folder.routes:
                     record |= folder.routes[ticket_id].shown()  # as RunStore shows it
                 seen[name] = (key, _ticket_row(ticket_id, record))
@@ -318,22 +321,28 @@ class Catalog:
         return folder.nodes
 
 
-def _read(path: str, size: int) -> bytes:
-    """The whole file at `path`, `size` the length it was seen with: one read when it still
-    is (a live page's first view reads 10,000 records; pathlib and Python's file objects
-    cost as much as the reads), else until its end: it was replaced by a larger or smaller
-    one since, or the file system returned less than asked (NFS, FUSE)."""
+def _read_keyed(path: str) -> tuple[tuple[int, int, int], bytes]:
+    """The file at `path`, whole, and its version (`_key`) as it was opened."""
     fd = os.open(path, os.O_RDONLY)
     try:
-        data = os.read(fd, size + 1)
-        if len(data) == size:
-            return data
-        chunks = [data]
-        while chunk := os.read(fd, 1 << 16):
-            chunks.append(chunk)
-        return b"".join(chunks)
+        stat = os.fstat(fd)
+        return (stat.st_mtime_ns, stat.st_size, stat.st_ino), _read_fd(fd, stat.st_size)
     finally:
         os.close(fd)
+
+
+def _read_fd(fd: int, size: int) -> bytes:
+    """The whole file open at `fd`, `size` the length it was seen with: one read when it
+    still is (a live page's first view reads 10,000 records; pathlib and Python's file
+    objects cost as much as the reads), else until its end: it grew since, or the file
+    system returned less than asked (NFS, FUSE)."""
+    data = os.read(fd, size + 1)
+    if len(data) == size:
+        return data
+    chunks = [data]
+    while chunk := os.read(fd, 1 << 16):
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def _key(path: Path) -> tuple[int, int, int]:

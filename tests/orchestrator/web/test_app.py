@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 import re
 import shutil
 from pathlib import Path
@@ -233,13 +234,23 @@ def test_a_live_runs_records_are_read_whole_even_when_one_grew_since_it_was_list
     record = workspace / "runs" / run_id / "records" / "T-00003.json"
     grown = versions.read_json(record) | {"category": "billing", "note": "x" * 70_000}
     text = json.dumps(grown)
-    assert catalog._read(str(record), 10) == record.read_bytes()  # listed at 10 bytes
-    assert catalog._read(str(record), 1 << 20) == record.read_bytes()  # listed at 1 MiB
+    assert _read_at(record, 10) == record.read_bytes()  # listed at 10 bytes
+    assert _read_at(record, 1 << 20) == record.read_bytes()  # listed at 1 MiB
     record.write_text(text)
-    assert catalog._read(str(record), 100) == text.encode()
+    assert _read_at(record, 100) == text.encode()
+    assert catalog._read_keyed(str(record)) == (catalog._key(record), text.encode())
     with client(workspace) as web:
         page = web.get(f"/runs/{run_id}?per=100").text
     assert len(re.findall(r'data-ticket="', page)) == 12
+
+
+def _read_at(path: Path, size: int) -> bytes:
+    """The catalog's read of an open record that was listed at `size` bytes."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return catalog._read_fd(fd, size)
+    finally:
+        os.close(fd)
 
 
 def test_run_json_keeps_the_totals_a_list_reads(finished: Path) -> None:
