@@ -219,8 +219,16 @@ class TicketRecord(BaseModel):
         return self.spent.get(step, StepUsage())
 
     def total(self) -> StepUsage:
-        """What every step paid for this ticket (its cost)."""
-        return ticket_spend(self.model_dump(include={*_OWN_SPEND, "spent"}))
+        """What every step paid for this ticket (its cost): `ticket_spend` of its JSON, in
+        the same order (the same float sum), summed from its fields (no dump)."""
+        steps = [*(getattr(self, name) for name in _OWN_SPEND_ORDER), *self.spent.values()]
+        return StepUsage(
+            calls=sum(s.calls for s in steps),
+            tokens=sum(s.tokens for s in steps),
+            cost_usd=sum(s.cost_usd for s in steps),
+            estimated=sum(s.estimated for s in steps),
+            waited=sum(s.waited for s in steps),
+        )
 
     def spend(self, step: str, usage: StepUsage) -> None:
         """Add what `step` paid for this ticket."""
