@@ -207,7 +207,7 @@ def _trial(
         if stall and pid is not None:
             os.kill(pid, signal.SIGCONT)
     if stall and pid is not None:
-        _wait_idle(broker, len(workers.pids), pid)
+        _wait_idle(broker, _nodes(workers), pid)
     trial = _count(index, point, pid is not None, in_flight, code, workspace, llm, before, started)
     trial.stalled = stall
     trial.records_changed = sum(
@@ -265,8 +265,8 @@ def _kill(
         time.sleep(rng.uniform(0.0, 0.5))
     if signum == signal.SIGSTOP:
         node = "fanout" if point == "model" else "review"
-        return _stall(workspace, broker, len(workers.pids), llm, rng, trace, node, deadline)
-    busy = _busy_pids(broker, len(workers.pids)) or _children(workers)
+        return _stall(workspace, broker, _nodes(workers), llm, rng, trace, node, deadline)
+    busy = _busy_pids(broker, _nodes(workers)) or _children(workers)
     if not busy:
         return None, 0
     pid = rng.choice(busy)
@@ -294,13 +294,15 @@ def _stall(
     ended = lambda e: e["event"] == "node_end" and e.get("node") == node  # noqa: E731
     while time.monotonic() < deadline and not trace.find(ended):
         if not (busy := _busy_pids(broker, workers, PER_TICKET_TASKS)):
+            time.sleep(0.05)  # both answered at once: nothing busy yet
             continue
-        # A list is a moment old, and a process of a step that mostly writes holds a lock
-        # much of the time: several moments a list.
-        for _ in range(_MOMENTS_A_LIST):
+        # A process of a step that mostly writes holds a lock much of the time: several
+        # moments from one list, while it is fresh (its processes are still on their tasks).
+        fresh_until = time.monotonic() + _LIST_FRESH_S
+        while time.monotonic() < fresh_until:
             pid = rng.choice(busy)
-            in_flight = _kill_counted(pid, signal.SIGSTOP, llm)
             try:
+                in_flight = _kill_counted(pid, signal.SIGSTOP, llm)
                 _wait_stopped(pid)  # a thread still running could take a lock after the look
                 if not _holds_a_lock(pid, workspace / "runs"):
                     return pid, in_flight
@@ -314,7 +316,7 @@ def _stall(
     return None, 0
 
 
-_MOMENTS_A_LIST = 10
+_LIST_FRESH_S = 0.5  # a list of busy processes is tried this long after it came
 _ANSWER_S = 3.0  # the most a remote-control question waits for the workers' answers
 
 
@@ -401,6 +403,11 @@ def _busy_pids(broker: str, workers: int, tasks: frozenset[str] | None = None) -
         control.close()
     running = (t for found in active.values() for t in found)
     return sorted({t["worker_pid"] for t in running if tasks is None or t["name"] in tasks})
+
+
+def _nodes(workers: Workers) -> int:
+    """The Celery nodes that answer a remote-control question: one a worker process."""
+    return sum(spec.processes for spec in workers.specs)
 
 
 def _children(workers: Workers) -> list[int]:

@@ -219,16 +219,10 @@ class TicketRecord(BaseModel):
         return self.spent.get(step, StepUsage())
 
     def total(self) -> StepUsage:
-        """What every step paid for this ticket (its cost): `ticket_spend` of its JSON, in
-        the same order (the same float sum), summed from its fields (no dump)."""
+        """What every step paid for this ticket (its cost): `ticket_spend` of its JSON, from
+        its fields (no dump), added up in the same order."""
         steps = [*(getattr(self, name) for name in _OWN_SPEND_ORDER), *self.spent.values()]
-        return StepUsage(
-            calls=sum(s.calls for s in steps),
-            tokens=sum(s.tokens for s in steps),
-            cost_usd=sum(s.cost_usd for s in steps),
-            estimated=sum(s.estimated for s in steps),
-            waited=sum(s.waited for s in steps),
-        )
+        return _summed((s.calls, s.tokens, s.cost_usd, s.estimated, s.waited) for s in steps)
 
     def spend(self, step: str, usage: StepUsage) -> None:
         """Add what `step` paid for this ticket."""
@@ -250,25 +244,54 @@ _OWN_SPEND_ORDER = sorted(_OWN_SPEND)
 def ticket_spend(record: Mapping[str, Any]) -> StepUsage:
     """What every step paid for a ticket (its cost), from its record as JSON data: the one
     sum that the report, the web view and the run's totals show."""
-    calls = tokens = estimated = waited = 0
-    cost = 0.0
-    # Plain sums of the JSON's numbers (a model made and checked for each step's spend was
-    # half of a live 10,000-ticket page's first view); a spend that is not a mapping of
-    # numbers raises ValueError or AttributeError, as the model's checks did.
-    for used in [
+    spends = [
         *(record.get(name) for name in _OWN_SPEND_ORDER),
         *(record.get("spent") or {}).values(),
-    ]:
-        if used:
-            get = used.get
-            try:
-                calls += int(get("calls", 0))
-                tokens += int(get("tokens", 0))
-                cost += float(get("cost_usd", 0.0))
-                estimated += int(get("estimated", 0))
-                waited += int(get("waited", 0))
-            except TypeError as exc:  # a null or a list where a number goes
-                raise ValueError(f"a step's spend is damaged: {exc}") from exc
+    ]
+    return _summed(_figures(used) for used in spends if used)
+
+
+_Figures = tuple[int, int, float, int, int]  # calls, tokens, cost_usd, estimated, waited
+
+
+def _figures(used: Any) -> _Figures:
+    """One step's spend as JSON data, as its numbers. A mapping of plain numbers is read as
+    it is (a model made and checked for each step's spend was half of a live 10,000-ticket
+    page's first view); anything else is checked by StepUsage, as every spend once was, so
+    what it refuses is refused the same way (ValueError)."""
+    if type(used) is dict:
+        get = used.get
+        figures = (
+            get("calls", 0),
+            get("tokens", 0),
+            get("cost_usd", 0.0),
+            get("estimated", 0),
+            get("waited", 0),
+        )
+        calls, tokens, cost, estimated, waited = figures
+        if (
+            type(calls) is int
+            and type(tokens) is int
+            and type(cost) in (float, int)
+            and type(estimated) is int
+            and type(waited) is int
+        ):
+            return calls, tokens, float(cost), estimated, waited
+    checked = StepUsage.model_validate(used)
+    return checked.calls, checked.tokens, checked.cost_usd, checked.estimated, checked.waited
+
+
+def _summed(spends: Iterable[_Figures]) -> StepUsage:
+    """Spends added up, one after another (`sum` of floats compensates from Python 3.12:
+    the record's total and its JSON's must not differ in the last bits)."""
+    calls = tokens = estimated = waited = 0
+    cost = 0.0
+    for step_calls, step_tokens, step_cost, step_estimated, step_waited in spends:
+        calls += step_calls
+        tokens += step_tokens
+        cost += step_cost
+        estimated += step_estimated
+        waited += step_waited
     return StepUsage(calls=calls, tokens=tokens, cost_usd=cost, estimated=estimated, waited=waited)
 
 
