@@ -226,10 +226,10 @@ def _finished_records(workspace: Path) -> dict[str, bytes]:
     return out
 
 
-def _wait_idle(broker: str, workers: int, pid: int) -> None:
+def _wait_idle(broker: str, nodes: int, pid: int) -> None:
     """Until the woken process runs no task (its stale copies have ended, one way or other)."""
     deadline = time.monotonic() + WAKE_TIMEOUT_S
-    while pid in _busy_pids(broker, workers) and time.monotonic() < deadline:
+    while pid in _busy_pids(broker, nodes) and time.monotonic() < deadline:
         time.sleep(0.2)
 
 
@@ -276,7 +276,7 @@ def _kill(
 def _stall(
     workspace: Path,
     broker: str,
-    workers: int,
+    nodes: int,
     llm: Provider,
     rng: random.Random,
     trace: _Trace,
@@ -293,7 +293,7 @@ def _stall(
     lock once stopped is woken at once and another moment chosen."""
     ended = lambda e: e["event"] == "node_end" and e.get("node") == node  # noqa: E731
     while time.monotonic() < deadline and not trace.find(ended):
-        if not (busy := _busy_pids(broker, workers, PER_TICKET_TASKS)):
+        if not (busy := _busy_pids(broker, nodes, PER_TICKET_TASKS)):
             time.sleep(0.05)  # both answered at once: nothing busy yet
             continue
         # A process of a step that mostly writes holds a lock much of the time: several
@@ -391,14 +391,14 @@ class _Trace:
         return next((e for e in reversed(self.events) if match(e)), None)
 
 
-def _busy_pids(broker: str, workers: int, tasks: frozenset[str] | None = None) -> list[int]:
+def _busy_pids(broker: str, nodes: int, tasks: frozenset[str] | None = None) -> list[int]:
     """PIDs of worker processes running a task (one of `tasks`, if given), by Celery's
-    remote control: the answer of each of the `workers`, or what came within its window (a
-    worker loaded by a whole test suite can take longer than half a second to answer, and
-    its busy processes then went unseen)."""
+    remote control: the answer of each of the `nodes` (`_nodes`), or what came within its
+    window (a worker loaded by a whole test suite can take longer than half a second to
+    answer, and its busy processes then went unseen)."""
     control = Celery(broker=broker)
     try:
-        active = control.control.inspect(timeout=_ANSWER_S, limit=workers).active() or {}
+        active = control.control.inspect(timeout=_ANSWER_S, limit=nodes).active() or {}
     finally:
         control.close()
     running = (t for found in active.values() for t in found)

@@ -221,7 +221,7 @@ class TicketRecord(BaseModel):
     def total(self) -> StepUsage:
         """What every step paid for this ticket (its cost): `ticket_spend` of its JSON, from
         its fields (no dump), added up in the same order."""
-        steps = [*(getattr(self, name) for name in _OWN_SPEND_ORDER), *self.spent.values()]
+        steps = [*(getattr(self, name) for name in _OWN_SPEND), *self.spent.values()]
         return _summed((s.calls, s.tokens, s.cost_usd, s.estimated, s.waited) for s in steps)
 
     def spend(self, step: str, usage: StepUsage) -> None:
@@ -234,18 +234,17 @@ class TicketRecord(BaseModel):
 
 
 # The steps whose spend a ticket's record keeps in a field of their own (see TicketRecord).
-_OWN_SPEND = frozenset(
-    name for name, f in TicketRecord.model_fields.items() if f.annotation is StepUsage
+# Sorted: every sum of a ticket's spend adds its steps in this order, then `spent`'s.
+_OWN_SPEND = tuple(
+    sorted(name for name, f in TicketRecord.model_fields.items() if f.annotation is StepUsage)
 )
-
-_OWN_SPEND_ORDER = sorted(_OWN_SPEND)
 
 
 def ticket_spend(record: Mapping[str, Any]) -> StepUsage:
     """What every step paid for a ticket (its cost), from its record as JSON data: the one
     sum that the report, the web view and the run's totals show."""
     spends = [
-        *(record.get(name) for name in _OWN_SPEND_ORDER),
+        *(record.get(name) for name in _OWN_SPEND),
         *(record.get("spent") or {}).values(),
     ]
     return _summed(_figures(used) for used in spends if used)
@@ -261,14 +260,8 @@ def _figures(used: Any) -> _Figures:
     what it refuses is refused the same way (ValueError)."""
     if type(used) is dict:
         get = used.get
-        figures = (
-            get("calls", 0),
-            get("tokens", 0),
-            get("cost_usd", 0.0),
-            get("estimated", 0),
-            get("waited", 0),
-        )
-        calls, tokens, cost, estimated, waited = figures
+        calls, tokens, cost = get("calls", 0), get("tokens", 0), get("cost_usd", 0.0)
+        estimated, waited = get("estimated", 0), get("waited", 0)
         if (
             type(calls) is int
             and type(tokens) is int

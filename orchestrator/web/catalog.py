@@ -272,7 +272,7 @@ class Catalog:
                 known = folder.records.get(name)
                 if known is not None:  # unchanged since the last look: one stat, no read
                     stat = entry.stat()
-                    if known[0] == (stat.st_mtime_ns, stat.st_size, stat.st_ino):
+                    if known[0] == _version(stat):
                         seen[name] = known
                         continue
                 # A record not seen yet (all of them, on a first view): its version from
@@ -326,7 +326,7 @@ def _read_keyed(path: str) -> tuple[tuple[int, int, int], bytes]:
     fd = os.open(path, os.O_RDONLY)
     try:
         stat = os.fstat(fd)
-        return (stat.st_mtime_ns, stat.st_size, stat.st_ino), _read_fd(fd, stat.st_size)
+        return _version(stat), _read_fd(fd, stat.st_size)
     finally:
         os.close(fd)
 
@@ -348,7 +348,10 @@ def _read_fd(fd: int, size: int) -> bytes:
 def _key(path: Path) -> tuple[int, int, int]:
     """A file's version: every write of a run file is a rename of a new file (a new inode)
     or an append (a new size and time)."""
-    stat = path.stat()
+    return _version(path.stat())
+
+
+def _version(stat: os.stat_result) -> tuple[int, int, int]:
     return (stat.st_mtime_ns, stat.st_size, stat.st_ino)
 
 
