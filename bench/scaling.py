@@ -13,15 +13,22 @@ at the largest N that does (labelled so), or not at all.
 Then, if time allows: ours (embedded broker) and the two LangGraph peers (in memory, and with
 SQLite checkpoints) at N = 1,000 against one provider process, for the provider's CPU per
 request at latency 0 and each system's CPU per ticket with the provider's counted in, as the
-embedded figure counts it: the CPU target's yardstick on the same workload.
+embedded figure counts it: the CPU target's yardstick on the same workload. Right after ours,
+ours again with its workspace on tmpfs (/dev/shm, if there is room): the share of its CPU a
+ticket that the disk's filesystem takes, and what the ratios to the peers would read without
+it (references: a run's files must be on a disk to outlive a crash).
 """
 
 from __future__ import annotations
 
 import math
+import shutil
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from bench import machine
 from bench.compare import PEER_NAMES
 from bench.figures import Figure, Target, ratio_of, rounded
 from bench.runs import OurRun, PeerRun, run_langgraph, run_ticketgraph
@@ -70,8 +77,9 @@ def run(ctx: Context, section: Section) -> None:
     section.add(
         *_wall_figures(base, big, plan), *_disk_figures(small, big, want.big), *_rss_figures(big)
     )
-    # Ours and the two peers at N = base again: about three base runs (the peers are faster).
-    if not ctx.options.quick and ctx.remaining_s() > 3 * (base.process.wall_s + FIXED_S):
+    # Ours on disk and on tmpfs and the two peers at N = base again: about four base runs
+    # (the peers are faster).
+    if not ctx.options.quick and ctx.remaining_s() > 4 * (base.process.wall_s + FIXED_S):
         section.add(*_provider_runs(ctx, want.base, section.raw))
 
 
@@ -271,6 +279,7 @@ def _provider_runs(ctx: Context, n: int, raw: dict[str, Any]) -> list[Figure]:
         env = {"LLM_BASE_URL": llm.url}
         with llm.metered() as ours_meter:
             ours = run_ticketgraph(ours_ws.root, ours_ws.root / "logs", ctx.timeout_s(), env)
+        in_memory = _on_tmpfs(ctx, n, llm, env) if _tmpfs_room(n) else None
         peers: dict[str, tuple[PeerRun, ProviderCost]] = {}
         for name, durable in (("langgraph", False), ("langgraph_sqlite", True)):
             peer_ws = build(ctx.folder(f"c-{name}"), n, LATENCY_MS, POOL)
@@ -282,7 +291,90 @@ def _provider_runs(ctx: Context, n: int, raw: dict[str, Any]) -> list[Figure]:
     raw["provider_runs"] = {"ours": ours.to_json() | {"provider": ours_meter.cost.to_json()}} | {
         name: peer.to_json() | {"provider": cost.to_json()} for name, (peer, cost) in peers.items()
     }
-    return _provider_figures(n, ours, ours_meter.cost, peers)
+    figures = _provider_figures(n, ours, ours_meter.cost, peers)
+    if in_memory is not None:
+        tmpfs_run, tmpfs_cost = in_memory
+        tmpfs_run.check(shape.calls, shape.tokens, n)
+        raw["provider_runs"]["ours_tmpfs"] = tmpfs_run.to_json() | {
+            "provider": tmpfs_cost.to_json(),
+            "folder": TMPFS,
+        }
+        figures += _tmpfs_figures(n, ours, ours_meter.cost, tmpfs_run, tmpfs_cost, peers)
+    return figures
+
+
+# Ours again with its workspace (run folder, out/) on tmpfs, right after the run on disk:
+# how much of its CPU a ticket the filesystem costs, and what the CPU target would read
+# without it (references, no target: a run's files must be on a disk to survive a crash).
+TMPFS = "/dev/shm"
+TMPFS_BYTES_A_TICKET = 64 * 1024  # room asked for: the run folder and out/ take ~12 KB a ticket
+
+
+def _tmpfs_room(n: int, folder: str | Path = TMPFS) -> bool:
+    """True if `folder` is on a tmpfs with room for an N-ticket workspace (twice over)."""
+    try:
+        if machine.filesystem(folder).get("type") != "tmpfs":
+            return False
+        free = shutil.disk_usage(folder).free
+    except OSError:
+        return False
+    return free > 2 * n * TMPFS_BYTES_A_TICKET
+
+
+def _on_tmpfs(
+    ctx: Context, n: int, llm: Provider, env: dict[str, str]
+) -> tuple[OurRun, ProviderCost]:
+    """The provider run of ours with the workspace on TMPFS (deleted after: on tmpfs that
+    slows no later run, as deleting on ext4 without a journal would)."""
+    with tempfile.TemporaryDirectory(dir=TMPFS, prefix="tg-bench-c-") as tmp:
+        workspace = build(Path(tmp) / "ws", n, LATENCY_MS, POOL)
+        with llm.metered() as meter:
+            run = run_ticketgraph(
+                workspace.root, ctx.folder("c-ours-tmpfs-logs"), ctx.timeout_s(), env
+            )
+    return run, meter.cost
+
+
+def _tmpfs_figures(
+    n: int,
+    ours: OurRun,
+    ours_cost: ProviderCost,
+    tmpfs: OurRun,
+    tmpfs_cost: ProviderCost,
+    peers: dict[str, tuple[PeerRun, ProviderCost]],
+) -> list[Figure]:
+    """Ours on tmpfs: its CPU a ticket, the share of ours' on disk that the filesystem
+    took, and its ratio to each peer (references)."""
+    at = f"N = {n:,}"
+    disk = cpu_ms_with_provider(ours.process.cpu_s, ours_cost, n) if ours.ok else None
+    memory = cpu_ms_with_provider(tmpfs.process.cpu_s, tmpfs_cost, n) if tmpfs.ok else None
+    share = None if disk is None or memory is None else 1 - memory / disk
+    figures = [
+        Figure(
+            "cpu_with_provider.ours_tmpfs",
+            f"CPU per ticket with the provider process's, ours on tmpfs, {at}",
+            rounded(memory),
+            "ms",
+            note=tmpfs.problem,
+        ),
+        Figure(
+            "cpu_with_provider.filesystem_share",
+            "ours: share of the CPU a ticket that the disk's filesystem took (1 − tmpfs/disk)",
+            rounded(share),
+            "",
+        ),
+    ]
+    for name, (peer, cost) in peers.items():
+        peer_cpu = None if peer.problem else cpu_ms_with_provider(peer.cpu_s, cost, n)
+        figures.append(
+            Figure(
+                f"cpu_with_provider.ours_tmpfs_over_{name}",
+                f"ours on tmpfs / {PEER_NAMES[name]}, CPU per ticket with the provider's",
+                rounded(ratio_of(memory, peer_cpu)),
+                "×",
+            )
+        )
+    return figures
 
 
 # #51 re-based the CPU target on the peers that call the same provider process, measured

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -195,3 +196,42 @@ def test_the_peer_as_a_process_reports_its_result_and_its_own_cpu(tmp_path: Path
     assert peer.to_json()["cpu_s"] == round(peer.cpu_s, 3)
     provider = ProviderCost(requests=20, cpu_s=0.5, max_in_flight=16)
     assert cpu_ms_with_provider(peer.cpu_s, provider, 12) == 1000 * (peer.cpu_s + 0.5) / 12
+
+
+def test_section_c_runs_ours_again_on_tmpfs_and_tells_the_filesystems_share(
+    tmp_path: Path,
+) -> None:
+    """Section c's provider runs add ours with its workspace on tmpfs, on the same provider:
+    its CPU a ticket, the share of ours' on disk the filesystem took, and its ratios to the
+    peers; its workspace is gone from tmpfs after."""
+    pytest.importorskip("langgraph")
+    from bench import scaling
+    from bench.suite import Context, Options
+
+    if not scaling._tmpfs_room(12):
+        pytest.skip(f"{scaling.TMPFS} is not a tmpfs with room here")
+    left = lambda: {p for p in os.listdir(scaling.TMPFS) if p.startswith("tg-bench-c-")}  # noqa: E731
+    before = left()
+    raw: dict[str, Any] = {}
+    figures = {f.key: f for f in scaling._provider_runs(Context(Options(), tmp_path), 12, raw)}
+
+    on_disk = figures["cpu_with_provider.ours"].value
+    on_tmpfs = figures["cpu_with_provider.ours_tmpfs"].value
+    assert raw["provider_runs"]["ours_tmpfs"]["folder"] == scaling.TMPFS
+    assert on_disk and on_tmpfs and figures["cpu_with_provider.ours_tmpfs"].note == ""
+    share = figures["cpu_with_provider.filesystem_share"].value
+    assert share == pytest.approx(1 - on_tmpfs / on_disk, abs=0.01)
+    for name in ("langgraph", "langgraph_sqlite"):
+        peer = figures[f"cpu_with_provider.{name}"].value
+        ratio = figures[f"cpu_with_provider.ours_tmpfs_over_{name}"].value
+        assert ratio == pytest.approx(on_tmpfs / peer, rel=0.01)
+        assert figures[f"cpu_with_provider.ours_tmpfs_over_{name}"].target is None
+    assert left() <= before
+
+
+def test_section_c_runs_on_tmpfs_only_where_there_is_one() -> None:
+    """A folder on another filesystem (here /proc, on any Linux) is never taken for one."""
+    from bench import scaling
+
+    assert not scaling._tmpfs_room(12, "/proc/self")
+    assert not scaling._tmpfs_room(12, "/proc/no-such-folder")
