@@ -5,7 +5,8 @@ Sections (`--only a,c` picks some):
      checkpoints, durability sync) vs the seed's Node script
   b  N = 1,000, pool 32, 50 ms, distributed: 1 worker process vs 2 (3 runs each, medians)
   c  latency 0: wall and CPU per ticket at 1,000 and 10,000; bytes per ticket; peak RSS per
-     process; CPU per ticket of ours and the LangGraph peers on one provider process
+     process; CPU per ticket of ours and the LangGraph peers on one provider process, and of
+     ours again on tmpfs (the filesystem's share)
   d  the demo: fan-out ms and whole-command wall (5 runs), over the LangGraph peer's process
   e  broker bytes per task message with 1 KB and 100 KB drafts
   f  harness overhead per turn
