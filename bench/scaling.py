@@ -279,7 +279,7 @@ def _provider_runs(ctx: Context, n: int, raw: dict[str, Any]) -> list[Figure]:
         env = {"LLM_BASE_URL": llm.url}
         with llm.metered() as ours_meter:
             ours = run_ticketgraph(ours_ws.root, ours_ws.root / "logs", ctx.timeout_s(), env)
-        in_memory = _on_tmpfs(ctx, n, llm, env) if _tmpfs_room(n) else None
+        tmpfs = _on_tmpfs(ctx, n, llm, env, ours_ws.root)
         peers: dict[str, tuple[PeerRun, ProviderCost]] = {}
         for name, durable in (("langgraph", False), ("langgraph_sqlite", True)):
             peer_ws = build(ctx.folder(f"c-{name}"), n, LATENCY_MS, POOL)
@@ -291,63 +291,84 @@ def _provider_runs(ctx: Context, n: int, raw: dict[str, Any]) -> list[Figure]:
     raw["provider_runs"] = {"ours": ours.to_json() | {"provider": ours_meter.cost.to_json()}} | {
         name: peer.to_json() | {"provider": cost.to_json()} for name, (peer, cost) in peers.items()
     }
-    figures = _provider_figures(n, ours, ours_meter.cost, peers)
-    if in_memory is not None:
-        tmpfs_run, tmpfs_cost = in_memory
-        tmpfs_run.check(shape.calls, shape.tokens, n)
-        raw["provider_runs"]["ours_tmpfs"] = tmpfs_run.to_json() | {
-            "provider": tmpfs_cost.to_json(),
+    if tmpfs.run is not None and tmpfs.cost is not None:
+        tmpfs.run.check(shape.calls, shape.tokens, n)
+        raw["provider_runs"]["ours_tmpfs"] = tmpfs.run.to_json() | {
+            "provider": tmpfs.cost.to_json(),
             "folder": TMPFS,
         }
-        figures += _tmpfs_figures(n, ours, ours_meter.cost, tmpfs_run, tmpfs_cost, peers)
-    return figures
+    return [
+        *_provider_figures(n, ours, ours_meter.cost, peers),
+        *_tmpfs_figures(n, ours, ours_meter.cost, tmpfs, peers),
+    ]
 
 
-# Ours again with its workspace (run folder, out/) on tmpfs, right after the run on disk:
-# how much of its CPU a ticket the filesystem costs, and what the CPU target would read
-# without it (references, no target: a run's files must be on a disk to survive a crash).
+# Ours again with its workspace (run folder, out/; not its logs) on tmpfs, right after the
+# run on disk: how much of its CPU a ticket the disk's filesystem costs (the file calls
+# themselves remain), and what the CPU target would read without it (references, no target:
+# a run's files must be on a disk to outlive a crash).
 TMPFS = "/dev/shm"
 TMPFS_BYTES_A_TICKET = 64 * 1024  # room asked for: the run folder and out/ take ~12 KB a ticket
 
 
-def _tmpfs_room(n: int, folder: str | Path = TMPFS) -> bool:
-    """True if `folder` is on a tmpfs with room for an N-ticket workspace (twice over)."""
+@dataclass(frozen=True)
+class TmpfsRun:
+    """Ours on tmpfs, or why it was not run (`problem`)."""
+
+    run: OurRun | None = None
+    cost: ProviderCost | None = None
+    problem: str = ""
+
+
+def _tmpfs_problem(n: int, disk: Path, folder: str | Path = TMPFS) -> str:
+    """Why an N-ticket workspace cannot go on the tmpfs `folder` beside one on `disk`
+    ("" if it can: `folder` is a tmpfs, `disk` is not, and there is room twice over)."""
     try:
+        if machine.filesystem(disk).get("type") == "tmpfs":
+            return f"the run on disk is on a tmpfs too ({disk})"
         if machine.filesystem(folder).get("type") != "tmpfs":
-            return False
-        free = shutil.disk_usage(folder).free
-    except OSError:
-        return False
-    return free > 2 * n * TMPFS_BYTES_A_TICKET
+            return f"{folder} is not a tmpfs"
+        free, asked = shutil.disk_usage(folder).free, 2 * n * TMPFS_BYTES_A_TICKET
+    except OSError as exc:
+        return f"{folder}: {exc}"
+    if free < asked:
+        return f"{folder} has {free / 2**20:,.0f} MiB free; {n:,} tickets ask {asked / 2**20:,.0f}"
+    return ""
 
 
-def _on_tmpfs(
-    ctx: Context, n: int, llm: Provider, env: dict[str, str]
-) -> tuple[OurRun, ProviderCost]:
-    """The provider run of ours with the workspace on TMPFS (deleted after: on tmpfs that
-    slows no later run, as deleting on ext4 without a journal would)."""
-    with tempfile.TemporaryDirectory(dir=TMPFS, prefix="tg-bench-c-") as tmp:
-        workspace = build(Path(tmp) / "ws", n, LATENCY_MS, POOL)
-        with llm.metered() as meter:
-            run = run_ticketgraph(
-                workspace.root, ctx.folder("c-ours-tmpfs-logs"), ctx.timeout_s(), env
-            )
-    return run, meter.cost
+def _on_tmpfs(ctx: Context, n: int, llm: Provider, env: dict[str, str], disk: Path) -> TmpfsRun:
+    """The provider run of ours with the workspace on TMPFS, if it can be made (deleted
+    after: on tmpfs that slows no later run, as deleting on ext4 without a journal would)."""
+    if problem := _tmpfs_problem(n, disk):
+        return TmpfsRun(problem=f"not run: {problem}")
+    try:
+        with tempfile.TemporaryDirectory(
+            dir=TMPFS, prefix="tg-bench-c-", ignore_cleanup_errors=True
+        ) as tmp:
+            workspace = build(Path(tmp) / "ws", n, LATENCY_MS, POOL)
+            with llm.metered() as meter:
+                logs = ctx.folder("c-ours-tmpfs-logs")
+                run = run_ticketgraph(workspace.root, logs, ctx.timeout_s(), env)
+    except OSError as exc:  # tmpfs full while building or running: the section goes on
+        return TmpfsRun(problem=f"failed on {TMPFS}: {exc}")
+    return TmpfsRun(run, meter.cost)
 
 
 def _tmpfs_figures(
     n: int,
     ours: OurRun,
     ours_cost: ProviderCost,
-    tmpfs: OurRun,
-    tmpfs_cost: ProviderCost,
+    tmpfs: TmpfsRun,
     peers: dict[str, tuple[PeerRun, ProviderCost]],
 ) -> list[Figure]:
     """Ours on tmpfs: its CPU a ticket, the share of ours' on disk that the filesystem
-    took, and its ratio to each peer (references)."""
+    took, and its ratio to each peer (references; each says why, where it has no value)."""
     at = f"N = {n:,}"
     disk = cpu_ms_with_provider(ours.process.cpu_s, ours_cost, n) if ours.ok else None
-    memory = cpu_ms_with_provider(tmpfs.process.cpu_s, tmpfs_cost, n) if tmpfs.ok else None
+    problem = tmpfs.problem or (tmpfs.run.problem if tmpfs.run is not None else "")
+    memory = None
+    if not problem and tmpfs.run is not None and tmpfs.cost is not None:
+        memory = cpu_ms_with_provider(tmpfs.run.process.cpu_s, tmpfs.cost, n)
     share = None if disk is None or memory is None else 1 - memory / disk
     figures = [
         Figure(
@@ -355,13 +376,13 @@ def _tmpfs_figures(
             f"CPU per ticket with the provider process's, ours on tmpfs, {at}",
             rounded(memory),
             "ms",
-            note=tmpfs.problem,
+            note=problem,
         ),
         Figure(
             "cpu_with_provider.filesystem_share",
             "ours: share of the CPU a ticket that the disk's filesystem took (1 − tmpfs/disk)",
             rounded(share),
-            "",
+            note=problem or ours.problem,
         ),
     ]
     for name, (peer, cost) in peers.items():
@@ -372,6 +393,7 @@ def _tmpfs_figures(
                 f"ours on tmpfs / {PEER_NAMES[name]}, CPU per ticket with the provider's",
                 rounded(ratio_of(memory, peer_cpu)),
                 "×",
+                note=problem or peer.problem,
             )
         )
     return figures

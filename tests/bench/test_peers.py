@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -208,10 +209,9 @@ def test_section_c_runs_ours_again_on_tmpfs_and_tells_the_filesystems_share(
     from bench import scaling
     from bench.suite import Context, Options
 
-    if not scaling._tmpfs_room(12):
-        pytest.skip(f"{scaling.TMPFS} is not a tmpfs with room here")
-    left = lambda: {p for p in os.listdir(scaling.TMPFS) if p.startswith("tg-bench-c-")}  # noqa: E731
-    before = left()
+    if problem := scaling._tmpfs_problem(12, tmp_path):
+        pytest.skip(f"no tmpfs run here: {problem}")
+    before = set(os.listdir(scaling.TMPFS))
     raw: dict[str, Any] = {}
     figures = {f.key: f for f in scaling._provider_runs(Context(Options(), tmp_path), 12, raw)}
 
@@ -226,12 +226,51 @@ def test_section_c_runs_ours_again_on_tmpfs_and_tells_the_filesystems_share(
         ratio = figures[f"cpu_with_provider.ours_tmpfs_over_{name}"].value
         assert ratio == pytest.approx(on_tmpfs / peer, rel=0.01)
         assert figures[f"cpu_with_provider.ours_tmpfs_over_{name}"].target is None
-    assert left() <= before
+    made = {p for p in set(os.listdir(scaling.TMPFS)) - before if p.startswith("tg-bench-c-")}
+    assert made == set()
 
 
-def test_section_c_runs_on_tmpfs_only_where_there_is_one() -> None:
-    """A folder on another filesystem (here /proc, on any Linux) is never taken for one."""
+def test_section_c_makes_a_tmpfs_run_only_beside_a_run_on_another_filesystem(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No tmpfs run where there is no tmpfs, where the run "on disk" is on one too, or where
+    the tmpfs is too small; each says why."""
     from bench import scaling
 
-    assert not scaling._tmpfs_room(12, "/proc/self")
-    assert not scaling._tmpfs_room(12, "/proc/no-such-folder")
+    assert scaling._tmpfs_problem(12, tmp_path, "/proc/self") == "/proc/self is not a tmpfs"
+    if scaling.machine.filesystem(scaling.TMPFS).get("type") == "tmpfs":
+        inside = Path(scaling.TMPFS) / "workspace"
+        assert "on a tmpfs too" in scaling._tmpfs_problem(12, inside)
+    # A tmpfs of a few MiB (Docker's /dev/shm is 64 MiB) cannot be made here without root.
+    tmpfs = {"type": "tmpfs", "mount": "/small"}
+    monkeypatch.setattr(scaling.machine, "filesystem", lambda f: tmpfs if "small" in str(f) else {})
+    monkeypatch.setattr(scaling.shutil, "disk_usage", lambda _: SimpleNamespace(free=64 * 2**20))
+    assert scaling._tmpfs_problem(1_000, tmp_path, "/small") == (
+        "/small has 64 MiB free; 1,000 tickets ask 125"
+    )
+    assert scaling._tmpfs_problem(100, tmp_path, "/small") == ""
+
+
+def test_section_c_says_why_a_tmpfs_figure_has_no_value() -> None:
+    """A tmpfs run not made, or gone wrong, gives no number and a note on every figure."""
+    from bench import scaling
+    from bench.runs import OurRun, PeerRun
+    from bench.services import ProviderCost
+    from bench.watch import Watched
+
+    cost = ProviderCost(requests=20, cpu_s=0.5, max_in_flight=16)
+    watched = Watched([], 0, 1.0, 0, 0, 0, [], Path("out"), Path("err"), cpu_s=2.0)
+    ours = OurRun(watched, None, tickets=12)
+    peers = {"langgraph": (PeerRun(1.0, 0, {"wall_s": 1.0}, "", cpu_s=1.5), cost)}
+    for tmpfs, why in (
+        (scaling.TmpfsRun(problem="not run: /dev/shm is not a tmpfs"), "not run"),
+        (scaling.TmpfsRun(OurRun(watched, None, problem="exit 3"), cost), "exit 3"),
+    ):
+        figures = scaling._tmpfs_figures(12, ours, cost, tmpfs, peers)
+        assert [f.value for f in figures] == [None, None, None]
+        assert all(why in f.note for f in figures)
+    # The same run on both sides: the filesystem took nothing, and the ratio is the peer's.
+    same = scaling._tmpfs_figures(12, ours, cost, scaling.TmpfsRun(ours, cost), peers)
+    assert same[0].value == pytest.approx(1000 * 2.5 / 12, rel=0.01) and same[1].value == 0
+    assert same[2].value == pytest.approx(2.5 / 2.0, rel=0.01)
+    assert all(f.note == "" for f in same)
