@@ -322,7 +322,7 @@ class Catalog:
 
 
 def _read_keyed(path: str) -> tuple[tuple[int, int, int], bytes]:
-    """The file at `path`, whole, and its version (`_key`) as it was opened."""
+    """The file at `path`, whole, and its version (`_version`) as it was opened."""
     fd = os.open(path, os.O_RDONLY)
     try:
         stat = os.fstat(fd)
@@ -352,6 +352,7 @@ def _key(path: Path) -> tuple[int, int, int]:
 
 
 def _version(stat: os.stat_result) -> tuple[int, int, int]:
+    """A file's version from its stat (see `_key`)."""
     return (stat.st_mtime_ns, stat.st_size, stat.st_ino)
 
 
