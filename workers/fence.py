@@ -28,6 +28,9 @@ class Fence:
         until it ends; `Superseded` instead of running it otherwise."""
         yield
 
+    def release(self) -> None:
+        """Let go of what the fence keeps open for its holder (nothing, here)."""
+
     def write(
         self, path: str | os.PathLike[str], text: atomic.Content, durable: bool = True
     ) -> None:

@@ -24,6 +24,8 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import threading
+import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -42,16 +44,23 @@ def path(run_dir: Path, name: str) -> Path:
 @contextlib.contextmanager
 def locked(file: Path) -> Iterator[int]:
     """An exclusive flock of `file` (created if absent); yields its descriptor."""
-    try:
-        fd = os.open(file, os.O_RDWR | os.O_CREAT, 0o644)
-    except FileNotFoundError:
-        file.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(file, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = _open(file)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield fd
     finally:
         os.close(fd)  # closing the descriptor releases the lock
+
+
+def _open(file: Path) -> int:
+    try:
+        return os.open(file, _RDWR, 0o644)
+    except FileNotFoundError:
+        file.parent.mkdir(parents=True, exist_ok=True)
+        return os.open(file, _RDWR, 0o644)
+
+
+_RDWR = os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
 
 
 def _epoch(fd: int) -> int:
@@ -74,26 +83,73 @@ def _bump(fd: int, file: Path) -> int:
 
 
 class EpochFence(Fence):
-    """One delivery's hold on a ticket's (or a whole-run step's) files."""
+    """One delivery's hold on a ticket's (or a whole-run step's) files.
 
-    def __init__(self, file: Path, epoch: int) -> None:
+    The copy keeps its epoch file open from `take` to `release`, and locks and unlocks that
+    descriptor around each write and check, instead of opening the file for each (about six
+    opens a ticket's step). Taking the lock is also what makes the read behind it current
+    on NFS (a lock is a cache coherency point there, as an open is). Threads of one copy
+    share its descriptor, and one `flock` cannot tell them apart, so they take turns by a
+    lock of the copy's own; a write inside another of the same thread's writes is already
+    covered by the outer one. After `release` (or without a descriptor), each write and
+    check opens the file as before.
+    """
+
+    def __init__(self, file: Path, epoch: int, fd: int | None = None) -> None:
         self.file, self.epoch = file, epoch
+        self._fd = fd
+        self._turn = threading.RLock()  # the copy's threads, one at a time on its descriptor
+        self._depth = 0  # writes of the thread holding `_turn` under way, nested
+        # A copy dropped without `release` (a test, a step that raised) closes it when
+        # collected.
+        self._closer = weakref.finalize(self, os.close, fd) if fd is not None else None
 
     @classmethod
     def take(cls, file: Path) -> EpochFence:
         """Take a new epoch, superseding every earlier copy."""
-        with locked(file) as fd:
-            return cls(file, _bump(fd, file))
+        taken = cls.take_if(file, lambda: True)
+        assert taken is not None
+        return taken
 
     @classmethod
     def take_if(cls, file: Path, may_take: Callable[[], bool]) -> EpochFence | None:
         """`take`, unless `may_take()`, asked under the lock, says the work is no longer
         there to do (then None, and nothing changes)."""
-        with locked(file) as fd:
-            return cls(file, _bump(fd, file)) if may_take() else None
+        fd = _open(file)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            if not may_take():
+                os.close(fd)
+                return None
+            epoch = _bump(fd, file)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        except BaseException:
+            os.close(fd)
+            raise
+        return cls(file, epoch, fd)
+
+    def release(self) -> None:
+        """Close the epoch file's descriptor (the copy's writes and checks open the file
+        each time from now on). The hold itself does not end: only a newer copy ends it."""
+        with self._turn:
+            if self._closer is not None:
+                self._closer()  # closes it, once
+            self._fd = None
 
     def newest(self) -> int:
-        """The epoch of the newest copy (read without the lock: for a check, not a write)."""
+        """The epoch of the newest copy (for a check, not a write: released at once)."""
+        with self._turn:
+            if self._depth:  # this thread writes under the lock already
+                return _epoch(self._fd) if self._fd is not None else self._read()
+            if self._fd is None:
+                return self._read()
+            fcntl.flock(self._fd, fcntl.LOCK_SH)
+            try:
+                return _epoch(self._fd)
+            finally:
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+    def _read(self) -> int:
         try:
             return int(atomic.read_bytes(self.file).strip() or 0)
         except FileNotFoundError:
@@ -107,10 +163,34 @@ class EpochFence(Fence):
     @contextlib.contextmanager
     def held(self) -> Iterator[None]:
         """The body runs under the lock, only while this copy's epoch is the newest."""
-        with locked(self.file) as fd:
-            if (newest := _epoch(fd)) != self.epoch:
-                raise self._superseded(newest)
-            yield
+        with self._turn:
+            if self._depth:  # inside this thread's own write: already held and checked
+                self._depth += 1
+                try:
+                    yield
+                finally:
+                    self._depth -= 1
+                return
+            with self._locked() as fd:
+                if (newest := _epoch(fd)) != self.epoch:
+                    raise self._superseded(newest)
+                self._depth = 1
+                try:
+                    yield
+                finally:
+                    self._depth = 0
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[int]:
+        if self._fd is None:
+            with locked(self.file) as fd:
+                yield fd
+            return
+        fcntl.flock(self._fd, fcntl.LOCK_EX)
+        try:
+            yield self._fd
+        finally:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
 
     def _superseded(self, newest: int) -> Superseded:
         return Superseded(

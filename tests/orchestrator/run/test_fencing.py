@@ -95,6 +95,92 @@ def test_takeovers_from_many_threads_leave_exactly_one_writer(tmp_path: Path) ->
     assert target.read_text() == str(landed[-1])
 
 
+def _descriptors_on(path: Path) -> int:
+    count = 0
+    for fd in Path("/proc/self/fd").iterdir():
+        with contextlib.suppress(OSError):
+            count += os.readlink(fd) == str(path)
+    return count
+
+
+def test_a_copy_keeps_one_descriptor_until_it_lets_go_and_is_fenced_either_way(
+    tmp_path: Path,
+) -> None:
+    """From its take to its release a copy's writes and checks go through one descriptor;
+    after the release they open the file each time, and still stop once superseded."""
+    file, target = tmp_path / "fences" / "T-1", tmp_path / "record.json"
+    held = EpochFence.take(file)
+    for i in range(3):
+        held.write(target, f"v{i}")
+        held.check()
+        assert _descriptors_on(file) == 1
+    held.release()
+    held.release()  # twice: nothing more to close
+    assert _descriptors_on(file) == 0
+    held.write(target, "after release")
+    assert _descriptors_on(file) == 0
+    newer = EpochFence.take(file)
+    with pytest.raises(Superseded):
+        held.write(target, "stale")
+    with pytest.raises(Superseded):
+        held.check()
+    assert target.read_text() == "after release"
+    del newer
+    assert _descriptors_on(file) == 0  # a copy dropped without release closes it
+
+
+def test_a_takeover_by_another_process_reaches_a_kept_descriptor(tmp_path: Path) -> None:
+    """The newer copy is a real process: the kept descriptor's check and write see it."""
+    file, target = tmp_path / "fences" / "T-1", tmp_path / "record.json"
+    stale = EpochFence.take(file)
+    stale.write(target, "mine")
+    took = (
+        "import sys; from pathlib import Path; from orchestrator.run.fence import EpochFence;"
+        "print(EpochFence.take(Path(sys.argv[1])).epoch)"
+    )
+    newer = subprocess.run(
+        [sys.executable, "-c", took, str(file)], capture_output=True, text=True, check=True
+    )
+    assert int(newer.stdout) == stale.epoch + 1
+    with pytest.raises(Superseded):
+        stale.check()
+    with pytest.raises(Superseded):
+        stale.write(target, "stale")
+    assert target.read_text() == "mine"
+
+
+def test_threads_of_one_copy_take_turns_and_a_write_inside_a_write_goes_through(
+    tmp_path: Path,
+) -> None:
+    """One copy's threads share its descriptor, where one flock cannot keep them apart: a
+    second thread's write waits for the first's to end, and a check from inside a write
+    (the same thread) does not wait on itself."""
+    import threading
+
+    file, target = tmp_path / "fences" / "T-1", tmp_path / "record.json"
+    fence = EpochFence.take(file)
+    inside, order = threading.Event(), []
+
+    def second() -> None:
+        inside.wait()
+        with fence.held():
+            order.append("second")
+
+    thread = threading.Thread(target=second)
+    thread.start()
+    with fence.held():
+        inside.set()
+        thread.join(timeout=0.5)
+        assert thread.is_alive()  # waiting for this write to end
+        fence.check()
+        fence.write(target, "inside")  # a write inside a write
+        order.append("first")
+    thread.join(timeout=10)
+    assert order == ["first", "second"]
+    assert target.read_text() == "inside"
+    fence.release()
+
+
 VISIBILITY_S = 4
 SLOW_MS = 1500
 
