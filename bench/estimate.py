@@ -81,15 +81,16 @@ REMEDIES = {
     "or a cluster hashing on the run id) and cut commands a ticket (one Lua call where a "
     "step makes several; fewer per-ticket heartbeats and events).",
     "nfs": "The shared volume gives out first: a ticket's record and agent states are "
-    "appended to (files of versions), and its fence and run.jsonl are opened once a step, "
-    "but every save is still an fsync, its draft and out/ reply a file created and "
-    "renamed, and each step's trace lines are committed when the step closes run.jsonl; "
-    "on NFS each fsync and each close after a write is a COMMIT, and each create and "
+    "appended to (files of versions) and its fence opened once a step, but every save is "
+    "still an fsync, its draft and out/ reply a file created and renamed, and run.jsonl "
+    "opened, appended to and closed for each event (several machines append to it); on "
+    "NFS each fsync and each close after a write is a COMMIT, and each create and "
     "rename a synchronous update on the server (group commit saves fsyncs on a local "
     "disk, but there a written file's close commits it anyway). Keep per-step state where "
     "commits are cheap (Redis with an append-only file, or one journal a worker appends "
-    "to and flushes once per batch of steps), keep the trace open per process and flush "
-    "it in batches, and write to the volume only what a person reads (out/, the report).",
+    "to and flushes once per batch of steps), write the trace to a file per process, kept "
+    "open and flushed in batches, which readers merge, and write to the volume only what "
+    "a person reads (out/, the report).",
 }
 
 

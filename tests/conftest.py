@@ -176,6 +176,15 @@ def child_pids(pid: int) -> list[int]:
     return sorted(found)
 
 
+def descriptors_on(path: Path) -> int:
+    """How many descriptors this process holds open on `path` (/proc/self/fd)."""
+    count = 0
+    for fd in Path("/proc/self/fd").iterdir():
+        with contextlib.suppress(OSError):  # the listing's own descriptor, gone by now
+            count += os.readlink(fd) == str(path)
+    return count
+
+
 def embedded_redis_servers(parent: int | None = None) -> set[str]:
     """Command lines of running embedded redis-servers of this installation (not of another
     checkout's test session running beside this one), or only those `parent` started."""

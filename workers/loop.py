@@ -147,9 +147,9 @@ def _waiting(h: Harness, cap: str | None) -> None:
     """Trace a request's wait for the endpoint's shared caps: where the run's command
     learns, as it waits, how many requests wait and since when."""
     if cap is None:
-        h.tracer.emit_live("cap_admitted")
+        h.tracer.emit("cap_admitted")
     else:
-        h.tracer.emit_live("cap_wait", cap=cap)
+        h.tracer.emit("cap_wait", cap=cap)
 
 
 def _final_answer(state: RunState) -> str | None:

@@ -2,7 +2,7 @@
 
 Lines are appended with one `write` on an `O_APPEND` descriptor, so several threads or
 processes can share one trace file without interleaving or losing lines (a batch of lines,
-whole lines at a time). A line is written when it is emitted: a killed process loses none.
+whole lines at a time).
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -22,32 +21,13 @@ def now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+# Opened and closed for each line: on a shared volume (NFS) a line reaches the other
+# machines' readers (the waiting CLI) when its descriptor is closed, and O_APPEND lands
+# at the end of the file only as far as this client knows it: open revalidates that, and
+# close sends the line at once. A descriptor kept open for a ticket's step (#51, reverted)
+# saved 7.7 opens and closes a ticket but let a step's lines wait in the client's cache,
+# where another machine's appends at the same offset would overwrite them.
 _APPEND = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
-_kept = threading.local()  # `.fds`: trace file -> its descriptor, inside a `kept_open` block
-
-
-@contextlib.contextmanager
-def kept_open() -> Iterator[None]:
-    """Inside the block, a trace file this thread appends to is opened at its first line and
-    closed when the block ends, instead of being opened and closed for every line: a
-    ticket's step traces about five lines, and their opens were a fifth of the file opens
-    a ticket made.
-
-    Each line is still written as it is emitted. What waits for the block's end is the
-    close, and on a shared volume (NFS) the close is what hands a line to readers on other
-    machines (close-to-open consistency): there they see a step's lines when it ends.
-    Lines a reader waits for in the middle of a step go out with `Tracer.emit_live`.
-    """
-    if getattr(_kept, "fds", None) is not None:  # inside another block: that one closes
-        yield
-        return
-    _kept.fds = {}
-    try:
-        yield
-    finally:
-        fds, _kept.fds = _kept.fds, None
-        for fd in fds.values():
-            os.close(fd)
 
 
 class Tracer:
@@ -65,22 +45,13 @@ class Tracer:
 
     def emit(self, event: str, **data: Any) -> None:
         """Append one event line."""
-        self._emit(event, data, live=False)
-
-    def emit_live(self, event: str, **data: Any) -> None:
-        """Append one event line that readers on other machines wait for while the step
-        runs: its file is closed after it even inside a `kept_open` block (and opened again
-        by the next line)."""
-        self._emit(event, data, live=True)
-
-    def _emit(self, event: str, data: dict[str, Any], live: bool) -> None:
         if self.path is None:
             return
         line = json.dumps({"ts": now_iso(), **self.fields, "event": event, **data}, default=str)
         if self._held is not None:
             self._held.append(line + "\n")
         else:
-            self._append(line + "\n", live)
+            self._append(line + "\n")
 
     @contextlib.contextmanager
     def batched(self) -> Iterator[Tracer]:
@@ -100,33 +71,20 @@ class Tracer:
                 for start in range(0, len(lines), _LINES_A_WRITE):
                     self._append("".join(lines[start : start + _LINES_A_WRITE]))
 
-    def _append(self, text: str, live: bool = False) -> None:
-        """`text` (whole lines) at the end of the file, in one write; the file is left open
-        inside a `kept_open` block unless the text is `live`."""
+    def _append(self, text: str) -> None:
+        """`text` (whole lines) at the end of the file, in one write."""
         assert self.path is not None
-        kept: dict[str, int] | None = getattr(_kept, "fds", None)
-        fd = kept.pop(self.path, None) if kept is not None else None
-        if fd is None:
-            fd = _open(self.path)
+        try:
+            fd = os.open(self.path, _APPEND, 0o644)
+        except FileNotFoundError:  # the first line of a run: its folder is made here
+            os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
+            fd = os.open(self.path, _APPEND, 0o644)
         try:
             data = text.encode("utf-8")
             while data:  # a regular file takes it whole; a short write goes on after it
                 data = data[os.write(fd, data) :]
-        except BaseException:
+        finally:
             os.close(fd)
-            raise
-        if kept is None or live:
-            os.close(fd)
-        else:
-            kept[self.path] = fd
-
-
-def _open(path: str) -> int:
-    try:
-        return os.open(path, _APPEND, 0o644)
-    except FileNotFoundError:  # the first line of a run: its folder is made here
-        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        return os.open(path, _APPEND, 0o644)
 
 
 _LINES_A_WRITE = 512  # lines of a batch in one write: another writer's line waits no longer

@@ -42,7 +42,6 @@ from orchestrator.run.records import CANCELLED, RunStatus, TicketRecord
 from orchestrator.run.store import RunStore
 from orchestrator.steps.agent import shared_client
 from orchestrator.steps.context import Context, Follows, Stop, fan_in
-from workers import trace
 from workers.errors import Cancelled, Superseded
 
 T = TypeVar("T")
@@ -230,6 +229,8 @@ def _fenced(ctx: Context, name: str, body: Callable[[], T]) -> T:
             raise Cancelled(ctx.cancel.reason or CANCELLED) from exc
         _crashed(ctx, exc)
         raise
+    finally:
+        ctx.store.fence.release()  # the epoch file it kept open (run/fence.py)
 
 
 # --- per-ticket steps -----------------------------------------------------------------------
@@ -241,10 +242,9 @@ def _per_ticket(
     """Run the message's ticket, then the tickets its slot is handed next, in a row, while
     the row allows (coordination/slot.py); the rest go on by message."""
     row = slot.Row(task.request.id or "", step.task)
-    with trace.kept_open():  # the trace file: opened once a ticket (workers/trace.py)
-        summary = _one_ticket(row, plan, step, run_dir, attempt, ticket_id)
+    summary = _one_ticket(row, plan, step, run_dir, attempt, ticket_id)
     while (ticket_id := row.take_next()) is not None:
-        with row.shown([run_dir, attempt, ticket_id]) as shown, trace.kept_open():
+        with row.shown([run_dir, attempt, ticket_id]) as shown:
             summary = _one_ticket(row, plan, step, run_dir, attempt, ticket_id, handed=True)
             shown.update(summary)
     return summary | {"in_a_row": row.count}

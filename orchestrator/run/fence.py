@@ -100,6 +100,7 @@ class EpochFence(Fence):
         self._fd = fd
         self._turn = threading.RLock()  # the copy's threads, one at a time on its descriptor
         self._depth = 0  # writes of the thread holding `_turn` under way, nested
+        self._releasing = False  # `release` was asked during a write: done when it ends
         # A copy dropped without `release` (a test, a step that raised) closes it when
         # collected.
         self._closer = weakref.finalize(self, os.close, fd) if fd is not None else None
@@ -130,8 +131,12 @@ class EpochFence(Fence):
 
     def release(self) -> None:
         """Close the epoch file's descriptor (the copy's writes and checks open the file
-        each time from now on). The hold itself does not end: only a newer copy ends it."""
+        each time from now on; asked during one of this thread's writes, once it ends).
+        The hold itself does not end: only a newer copy ends it."""
         with self._turn:
+            if self._depth:  # closing it now would drop the lock under the write
+                self._releasing = True
+                return
             if self._closer is not None:
                 self._closer()  # closes it, once
             self._fd = None
@@ -143,11 +148,12 @@ class EpochFence(Fence):
                 return _epoch(self._fd) if self._fd is not None else self._read()
             if self._fd is None:
                 return self._read()
-            fcntl.flock(self._fd, fcntl.LOCK_SH)
+            fd = self._fd
             try:
-                return _epoch(self._fd)
+                fcntl.flock(fd, fcntl.LOCK_SH)
+                return _epoch(fd)
             finally:
-                fcntl.flock(self._fd, fcntl.LOCK_UN)
+                fcntl.flock(fd, fcntl.LOCK_UN)
 
     def _read(self) -> int:
         try:
@@ -171,14 +177,19 @@ class EpochFence(Fence):
                 finally:
                     self._depth -= 1
                 return
-            with self._locked() as fd:
-                if (newest := _epoch(fd)) != self.epoch:
-                    raise self._superseded(newest)
-                self._depth = 1
-                try:
-                    yield
-                finally:
-                    self._depth = 0
+            try:
+                with self._locked() as fd:
+                    if (newest := _epoch(fd)) != self.epoch:
+                        raise self._superseded(newest)
+                    self._depth = 1
+                    try:
+                        yield
+                    finally:
+                        self._depth = 0
+            finally:
+                if self._releasing:
+                    self._releasing = False
+                    self.release()
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[int]:
@@ -186,11 +197,12 @@ class EpochFence(Fence):
             with locked(self.file) as fd:
                 yield fd
             return
-        fcntl.flock(self._fd, fcntl.LOCK_EX)
+        fd = self._fd
         try:
-            yield self._fd
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield fd
         finally:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            fcntl.flock(fd, fcntl.LOCK_UN)
 
     def _superseded(self, newest: int) -> Superseded:
         return Superseded(

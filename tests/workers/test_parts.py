@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import subprocess
@@ -17,7 +16,7 @@ from workers import atomic, commit, tokens
 from workers.errors import TokenizerError
 from workers.pricing import Price, PriceTable, cost
 from workers.state import Message, RunState, ToolCall, new_run, pending
-from workers.trace import Tracer, kept_open, read
+from workers.trace import Tracer, read
 from workers.usage import Usage
 
 
@@ -228,59 +227,3 @@ def test_a_batch_inside_a_batch_keeps_the_order_of_its_lines(tmp_path: Path) -> 
         outer.emit("c")
     outer.emit("d")  # after its block: appended, not held forever
     assert [e["event"] for e in read(path)] == ["a", "b", "c", "d"]
-
-
-def _descriptors_on(path: Path) -> int:
-    """This process's open descriptors on `path`."""
-    fds = Path("/proc/self/fd")
-    count = 0
-    for fd in fds.iterdir():
-        with contextlib.suppress(OSError):
-            count += os.readlink(fd) == str(path)
-    return count
-
-
-def test_a_kept_open_trace_writes_each_line_at_once_through_one_descriptor_a_file(
-    tmp_path: Path,
-) -> None:
-    """Inside `kept_open`, each trace file is opened at its first line and stays open until
-    the block ends; every line is in the file as soon as it is emitted; a live line closes
-    its file at once; a block inside another leaves the closing to the outer one."""
-    a, b = tmp_path / "a" / "run.jsonl", tmp_path / "b" / "run.jsonl"
-    with kept_open():
-        for i in range(5):
-            Tracer(a, "run-a", ticket="T-1").emit("step", line=i)
-            assert [e["line"] for e in read(a)] == list(range(i + 1))
-        with kept_open():
-            Tracer(b, "run-b").emit("other")
-        assert (_descriptors_on(a), _descriptors_on(b)) == (1, 1)
-        Tracer(a, "run-a").emit_live("cap_wait", cap="tpm")
-        assert _descriptors_on(a) == 0
-        assert read(a)[-1]["event"] == "cap_wait"
-        Tracer(a, "run-a").emit("after")  # opened again by the next line
-        assert _descriptors_on(a) == 1
-    assert (_descriptors_on(a), _descriptors_on(b)) == (0, 0)
-    assert [e["event"] for e in read(a)] == ["step"] * 5 + ["cap_wait", "after"]
-    assert [e["event"] for e in read(b)] == ["other"]
-    Tracer(a, "run-a").emit("outside")  # outside a block: opened and closed for the line
-    assert _descriptors_on(a) == 0
-
-
-def test_a_process_killed_inside_a_kept_open_block_loses_no_line(tmp_path: Path) -> None:
-    path = tmp_path / "run.jsonl"
-    child = (
-        "import sys, time\n"
-        "from workers import trace\n"
-        "with trace.kept_open():\n"
-        "    for i in range(3):\n"
-        f"        trace.Tracer({str(path)!r}, 'run-1').emit('step', line=i)\n"
-        "    print('ready', flush=True)\n"
-        "    time.sleep(60)\n"
-    )
-    proc = subprocess.Popen([sys.executable, "-c", child], stdout=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
-    finally:
-        proc.kill()  # SIGKILL: the block never ends, its descriptor is never closed by it
-        proc.wait()
-    assert [e["line"] for e in read(path)] == [0, 1, 2]

@@ -30,6 +30,7 @@ from tests.conftest import (
     Cli,
     clean_env,
     demo_scripts,
+    descriptors_on,
     state,
     ticket_rows,
     wait_for,
@@ -95,14 +96,6 @@ def test_takeovers_from_many_threads_leave_exactly_one_writer(tmp_path: Path) ->
     assert target.read_text() == str(landed[-1])
 
 
-def _descriptors_on(path: Path) -> int:
-    count = 0
-    for fd in Path("/proc/self/fd").iterdir():
-        with contextlib.suppress(OSError):
-            count += os.readlink(fd) == str(path)
-    return count
-
-
 def test_a_copy_keeps_one_descriptor_until_it_lets_go_and_is_fenced_either_way(
     tmp_path: Path,
 ) -> None:
@@ -113,20 +106,44 @@ def test_a_copy_keeps_one_descriptor_until_it_lets_go_and_is_fenced_either_way(
     for i in range(3):
         held.write(target, f"v{i}")
         held.check()
-        assert _descriptors_on(file) == 1
+        assert descriptors_on(file) == 1
     held.release()
     held.release()  # twice: nothing more to close
-    assert _descriptors_on(file) == 0
+    assert descriptors_on(file) == 0
     held.write(target, "after release")
-    assert _descriptors_on(file) == 0
+    assert descriptors_on(file) == 0
     newer = EpochFence.take(file)
     with pytest.raises(Superseded):
         held.write(target, "stale")
     with pytest.raises(Superseded):
         held.check()
     assert target.read_text() == "after release"
+    assert descriptors_on(file) == 1  # the newer copy's
     del newer
-    assert _descriptors_on(file) == 0  # a copy dropped without release closes it
+    assert descriptors_on(file) == 0  # a copy dropped without release closes it
+
+
+def test_a_release_asked_during_a_write_waits_for_the_write_to_end(tmp_path: Path) -> None:
+    """Closing the descriptor would drop the lock under the write: the release is made
+    when the write ends, and the lock held until then (a takeover from another descriptor
+    cannot get in)."""
+    import fcntl
+
+    file, target = tmp_path / "fences" / "T-1", tmp_path / "record.json"
+    fence = EpochFence.take(file)
+    with fence.held():
+        fence.release()
+        other = os.open(file, os.O_RDWR)
+        try:
+            with pytest.raises(BlockingIOError):
+                fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)  # still locked
+        finally:
+            os.close(other)
+        fence.write(target, "inside")
+        assert descriptors_on(file) == 1
+    assert descriptors_on(file) == 0
+    fence.write(target, "after")  # released: the file is opened for the write
+    assert target.read_text() == "after"
 
 
 def test_a_takeover_by_another_process_reaches_a_kept_descriptor(tmp_path: Path) -> None:
