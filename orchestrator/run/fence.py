@@ -86,13 +86,13 @@ class EpochFence(Fence):
     """One delivery's hold on a ticket's (or a whole-run step's) files.
 
     The copy keeps its epoch file open from `take` to `release`, and locks and unlocks that
-    descriptor around each write and check, instead of opening the file for each (about six
-    opens a ticket's step). Taking the lock is also what makes the read behind it current
-    on NFS (a lock is a cache coherency point there, as an open is). Threads of one copy
-    share its descriptor, and one `flock` cannot tell them apart, so they take turns by a
-    lock of the copy's own; a write inside another of the same thread's writes is already
-    covered by the outer one. After `release` (or without a descriptor), each write and
-    check opens the file as before.
+    descriptor around each write and check, instead of opening the file for each (9.3 opens
+    a ticket became 2, BENCHMARKS.md's section i). Taking the lock is also what makes the
+    read behind it current on NFS (a lock is a cache coherency point there, as an open is).
+    Threads of one copy share its descriptor, and one `flock` cannot tell them apart, so
+    they take turns by a lock of the copy's own; a write inside another of the same thread's
+    writes is already covered by the outer one. After `release` (or without a descriptor),
+    each write and check opens the file as before.
     """
 
     def __init__(self, file: Path, epoch: int, fd: int | None = None) -> None:
