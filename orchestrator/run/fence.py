@@ -34,6 +34,7 @@ from workers.errors import Superseded
 from workers.fence import Fence
 
 FOLDER = "fences"
+_RDWR = os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)  # an epoch file, opened to lock it
 
 
 def path(run_dir: Path, name: str) -> Path:
@@ -58,9 +59,6 @@ def _open(file: Path) -> int:
     except FileNotFoundError:
         file.parent.mkdir(parents=True, exist_ok=True)
         return os.open(file, _RDWR, 0o644)
-
-
-_RDWR = os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
 
 
 def _epoch(fd: int) -> int:
